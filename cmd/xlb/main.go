@@ -1,0 +1,231 @@
+// Command xlb is the appliance binary: `check` validates a configuration,
+// `sim` replays a scenario through the real engine, `explain` shows why a
+// packet goes where it goes. main only reads flags and hands over.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+
+	"xlb/config"
+	"xlb/controlplane/explain"
+	"xlb/controlplane/sim"
+	"xlb/dataplane/craft"
+)
+
+const usage = `usage: xlb <command> [flags]
+
+commands:
+  check   -c FILE                  validate a configuration; prints ok and a summary
+  sim     -c FILE SCENARIO.jsonl   replay a scenario through the engine (JSON lines out;
+                                   --summary for a table)
+  explain -c FILE --src --dst --proto [--sport --dport --flags --frag ...] [--json]
+                                   show the rule, keys, eligible set, Maglev slot and backend
+  run     -c FILE                  forward traffic (needs the AF_XDP data plane)
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// errUsage marks errors that are the caller's wording, not the file's.
+var errUsage = errors.New("usage")
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "check":
+		err = cmdCheck(args[1:], stdout)
+	case "sim":
+		err = cmdSim(args[1:], stdout, stderr)
+	case "explain":
+		err = cmdExplain(args[1:], stdout)
+	case "run":
+		err = errors.New("xlb run: the AF_XDP data plane is not part of this build yet; use `xlb sim` or `xlb explain`")
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "xlb: unknown command %q\n%s", args[0], usage)
+		return 2
+	}
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, err)
+		if errors.Is(err, errUsage) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("xlb "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%s: %v (%w)", fs.Name(), err, errUsage)
+	}
+	return nil
+}
+
+func cmdCheck(args []string, stdout io.Writer) error {
+	fs := newFlags("check")
+	path := fs.String("c", "", "configuration file")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *path == "" {
+		return fmt.Errorf("xlb check: -c FILE is required (%w)", errUsage)
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "ok: %s\n", cfg.Summary())
+	return nil
+}
+
+func cmdSim(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("sim")
+	path := fs.String("c", "", "configuration file")
+	summary := fs.Bool("summary", false, "print a readable summary instead of JSON lines")
+	// Flags may follow the scenario file too.
+	var rest []string
+	for len(args) > 0 {
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		rest = append(rest, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if *path == "" || len(rest) != 1 {
+		return fmt.Errorf("xlb sim: want -c CONFIG.toml SCENARIO.jsonl (%w)", errUsage)
+	}
+	if !*summary {
+		_, err := sim.Run(*path, rest[0], sim.JSONLines(stdout), stderr)
+		return err
+	}
+	var results []*sim.Result
+	m, err := sim.Run(*path, rest[0], func(r *sim.Result) error { results = append(results, r); return nil }, stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, sim.Summary(results, m.ControlPlane().Snapshot()))
+	return nil
+}
+
+func cmdExplain(args []string, stdout io.Writer) error {
+	fs := newFlags("explain")
+	path := fs.String("c", "", "configuration file")
+	src := fs.String("src", "", "source address")
+	dst := fs.String("dst", "", "destination address (a VIP)")
+	proto := fs.String("proto", "tcp", "tcp, udp, icmp, icmpv6, esp, gre or a number")
+	sport := fs.Uint("sport", 0, "source port")
+	dport := fs.Uint("dport", 0, "destination port")
+	flags := fs.String("flags", "", "TCP flags, any of S A F R P (default A)")
+	frag := fs.String("frag", "none", "none, first, middle or last")
+	icmpType := fs.Int("icmp-type", -1, "ICMP type (default echo, or an error when --inner-* is given)")
+	icmpCode := fs.Uint("icmp-code", 0, "ICMP code")
+	innerProto := fs.String("inner-proto", "", "quoted packet of an ICMP error: protocol")
+	innerSport := fs.Uint("inner-sport", 0, "quoted packet: source port")
+	innerDport := fs.Uint("inner-dport", 0, "quoted packet: destination port")
+	unhealthy := fs.String("unhealthy", "", "comma-separated backends to assume unhealthy")
+	weights := fs.String("weights", "", "comma-separated name=weight reports to assume")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *path == "" || *src == "" || *dst == "" {
+		return fmt.Errorf("xlb explain: -c, --src and --dst are required (%w)", errUsage)
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		return err
+	}
+	var req explain.Request
+	p := &req.Packet
+	if p.Src, err = netip.ParseAddr(*src); err != nil {
+		return fmt.Errorf("xlb explain: --src: %v (%w)", err, errUsage)
+	}
+	if p.Dst, err = netip.ParseAddr(*dst); err != nil {
+		return fmt.Errorf("xlb explain: --dst: %v (%w)", err, errUsage)
+	}
+	if p.Proto, err = craft.ParseProto(*proto); err != nil {
+		return fmt.Errorf("xlb explain: --%v (%w)", err, errUsage)
+	}
+	if *sport > 65535 || *dport > 65535 {
+		return fmt.Errorf("xlb explain: ports are 0..65535 (%w)", errUsage)
+	}
+	p.SrcPort, p.DstPort, p.Flags = uint16(*sport), uint16(*dport), strings.ToUpper(*flags)
+	if p.Frag, err = craft.ParseFrag(*frag); err != nil {
+		return fmt.Errorf("xlb explain: --%v (%w)", err, errUsage)
+	}
+	if p.Proto == craft.ICMP || p.Proto == craft.ICMPv6 {
+		if *innerProto != "" {
+			ip, err := craft.ParseProto(*innerProto)
+			if err != nil {
+				return fmt.Errorf("xlb explain: --inner-%v (%w)", err, errUsage)
+			}
+			// The quote is the packet the backend sent to the client: from
+			// the VIP, to the source of the error.
+			p.Inner = &craft.Packet{Src: p.Dst, Dst: p.Src, Proto: ip, SrcPort: uint16(*innerSport), DstPort: uint16(*innerDport)}
+			p.ICMPType, p.ICMPCode = 3, 4
+			if p.Proto == craft.ICMPv6 {
+				p.ICMPType, p.ICMPCode = 2, 0
+			}
+		} else if p.Proto == craft.ICMP {
+			p.ICMPType = 8
+		} else {
+			p.ICMPType = 128
+		}
+		if *icmpType >= 0 {
+			p.ICMPType, p.ICMPCode = uint8(*icmpType), uint8(*icmpCode)
+		}
+	}
+	if *unhealthy != "" {
+		req.Unhealthy = strings.Split(*unhealthy, ",")
+	}
+	if *weights != "" {
+		req.Weights = map[string]uint32{}
+		for _, kv := range strings.Split(*weights, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			w, err := strconv.ParseUint(v, 10, 32)
+			if !ok || err != nil || w > 1000 {
+				return fmt.Errorf("xlb explain: --weights %q: want name=0..1000 (%w)", kv, errUsage)
+			}
+			req.Weights[k] = uint32(w)
+		}
+	}
+	rep, err := explain.Explain(cfg, &req)
+	if err != nil {
+		return fmt.Errorf("xlb explain: %w", err)
+	}
+	if *asJSON {
+		return rep.WriteJSON(stdout)
+	}
+	rep.WriteText(stdout)
+	return nil
+}

@@ -1,0 +1,530 @@
+package controlplane
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"sort"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"xlb/config"
+	"xlb/dataplane"
+	"xlb/maglev"
+)
+
+// WeightState is what the last health-check reply said about the weight (W1a).
+type WeightState uint8
+
+const (
+	// WeightValid: a valid weight 0..1000 was reported.
+	WeightValid WeightState = iota
+	// WeightMissing: the reply had no weight header; the service falls back
+	// to equal weights.
+	WeightMissing
+	// WeightInvalid: the header was not an integer 0..1000; fallback too.
+	WeightInvalid
+	// WeightUnavailable: no reply (timeout, never answered); the last valid
+	// weight is kept and there is no fallback.
+	WeightUnavailable
+)
+
+var weightStateNames = [...]string{"VALID", "MISSING_WEIGHT", "INVALID_WEIGHT", "UNAVAILABLE_WEIGHT"}
+
+func (w WeightState) String() string { return weightStateNames[w] }
+
+// Options configure a control plane.
+type Options struct {
+	// Local is what the balancer contributes to rewritten frames.
+	Local dataplane.Local
+	// InitialHealthy: a backend new to the configuration starts healthy
+	// (sim, explain) instead of unhealthy until probed (run).
+	InitialHealthy bool
+	// InitialWeight is a new backend's weight until it reports one.
+	InitialWeight uint32
+	// Resolve gives the destination MAC of a backend (its own for L2_DSR,
+	// the next hop's for IPIP/GUE); nil uses the configured MAC or, when
+	// there is none, a synthetic one (sim and explain send nothing).
+	Resolve func(ep config.Endpoint, method config.ForwardingMethod) ([6]byte, bool)
+	Logger  *zap.Logger
+}
+
+// ErrUnknownBackend is returned for a name that names no current backend.
+var ErrUnknownBackend = errors.New("no such backend")
+
+// ControlPlane owns all mutable policy: configuration, health, weights,
+// draining. Every change builds a new immutable snapshot and publishes it to
+// the engine atomically; workers never wait for it.
+type ControlPlane struct {
+	mu       sync.Mutex
+	opts     Options
+	log      *zap.Logger
+	engine   *dataplane.Engine
+	cfg      *config.Config
+	services map[string]*serviceState
+	order    []string // service names in configuration order
+	nextSvc  uint16
+	slots    []*backendState // by slot; nil when free
+	gens     []uint32        // current generation of each slot
+	free     []uint32        // free slots, oldest first
+	builders map[uint32]*maglev.Builder
+	gen      uint64
+	snap     *dataplane.Snapshot
+}
+
+type serviceState struct {
+	id      uint16
+	cfg     config.Service
+	members []uint32 // slots, configuration order
+
+	// The last Maglev build, reused while the eligible set and its weights
+	// stay the same.
+	tableSig string
+	table    []uint32
+	eligible []dataplane.BackendRef
+	side     dataplane.Side
+	why      string
+	lastSide dataplane.Side
+	sideSet  bool
+}
+
+type backendState struct {
+	ref      dataplane.BackendRef
+	service  string
+	ep       config.Endpoint
+	group    string
+	failover bool
+
+	healthy     bool
+	weight      uint32 // last valid reported weight
+	weightState WeightState
+
+	removed    bool
+	drained    bool // by an operator rather than by the configuration
+	drainUntil int64
+}
+
+// New builds the control plane for cfg and publishes its first snapshot to
+// engine at time now (ms).
+func New(cfg *config.Config, engine *dataplane.Engine, opts Options, now int64) (*ControlPlane, error) {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	c := &ControlPlane{
+		opts:     opts,
+		log:      opts.Logger,
+		engine:   engine,
+		services: map[string]*serviceState{},
+		builders: map[uint32]*maglev.Builder{},
+	}
+	if _, err := c.Apply(cfg, now); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Diff summarises what Apply changed.
+type Diff struct {
+	ServicesAdded, ServicesRemoved []string
+	BackendsAdded, BackendsRemoved []string
+	BackendsKept                   int
+}
+
+// Apply makes cfg the running configuration as one atomic step (X2):
+// unchanged backends keep their refs (so their flows keep going), removed
+// ones drain per M5 from now, new ones start per Options.
+func (c *ControlPlane) Apply(cfg *config.Config, now int64) (Diff, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var d Diff
+	for _, s := range cfg.Services {
+		if _, err := c.builder(s.MaglevTableSize); err != nil {
+			return d, fmt.Errorf("backend_service %q: %w", s.Name, err)
+		}
+	}
+
+	seen := map[string]bool{}
+	newOrder := make([]string, 0, len(cfg.Services))
+	for _, s := range cfg.Services {
+		seen[s.Name] = true
+		newOrder = append(newOrder, s.Name)
+		st, ok := c.services[s.Name]
+		if !ok {
+			st = &serviceState{id: c.allocServiceID()}
+			c.services[s.Name] = st
+			d.ServicesAdded = append(d.ServicesAdded, s.Name)
+		}
+		st.cfg = s
+		drain := s.DrainingTimeout.Milliseconds()
+
+		// Index the current members (removed ones too, so a backend that
+		// comes back revives its slot and its flows).
+		byIP := map[netip.Addr]uint32{}
+		for slot, b := range c.slots {
+			if b != nil && b.service == s.Name {
+				byIP[b.ep.IP] = uint32(slot)
+			}
+		}
+		kept := map[uint32]bool{}
+		st.members = st.members[:0]
+		for _, g := range s.Groups {
+			for _, ep := range g.Endpoints {
+				slot, ok := byIP[ep.IP]
+				if ok {
+					b := c.slots[slot]
+					if b.removed && !b.drained {
+						b.removed = false
+					}
+					d.BackendsKept++
+				} else {
+					slot = c.allocSlot()
+					c.slots[slot] = &backendState{
+						ref:     dataplane.MakeRef(slot, c.gens[slot]),
+						service: s.Name,
+						healthy: c.opts.InitialHealthy,
+						weight:  c.opts.InitialWeight,
+					}
+					d.BackendsAdded = append(d.BackendsAdded, ep.Name)
+				}
+				b := c.slots[slot]
+				b.ep, b.group, b.failover = ep, g.Name, g.Failover
+				kept[slot] = true
+				st.members = append(st.members, slot)
+			}
+		}
+		for _, slot := range byIP {
+			if b := c.slots[slot]; !kept[slot] && !b.removed {
+				b.removed, b.drained, b.drainUntil = true, false, now+drain
+				d.BackendsRemoved = append(d.BackendsRemoved, b.ep.Name)
+			}
+		}
+	}
+	for name, st := range c.services {
+		if seen[name] {
+			continue
+		}
+		drain := st.cfg.DrainingTimeout.Milliseconds()
+		for _, b := range c.slots {
+			if b != nil && b.service == name && !b.removed {
+				b.removed, b.drainUntil = true, now+drain
+				d.BackendsRemoved = append(d.BackendsRemoved, b.ep.Name)
+			}
+		}
+		delete(c.services, name)
+		d.ServicesRemoved = append(d.ServicesRemoved, name)
+	}
+	c.order = newOrder
+	c.cfg = cfg
+	c.publish(now)
+	return d, nil
+}
+
+func (c *ControlPlane) builder(size uint32) (*maglev.Builder, error) {
+	if b, ok := c.builders[size]; ok {
+		return b, nil
+	}
+	b, err := maglev.NewBuilder(size)
+	if err != nil {
+		return nil, err
+	}
+	c.builders[size] = b
+	return b, nil
+}
+
+// allocServiceID returns an ID no current service uses. IDs scope tracking
+// keys (T4); a retired ID is reused only after every other ID, and entries of
+// a retired service name backends that no longer resolve.
+func (c *ControlPlane) allocServiceID() uint16 {
+	used := map[uint16]bool{}
+	for _, s := range c.services {
+		used[s.id] = true
+	}
+	for used[c.nextSvc] {
+		c.nextSvc++
+	}
+	id := c.nextSvc
+	c.nextSvc++
+	return id
+}
+
+func (c *ControlPlane) allocSlot() uint32 {
+	if len(c.free) > 0 {
+		slot := c.free[0]
+		c.free = c.free[1:]
+		c.gens[slot] = (c.gens[slot] + 1) & dataplane.MaxGeneration
+		return slot
+	}
+	c.slots = append(c.slots, nil)
+	c.gens = append(c.gens, 0)
+	return uint32(len(c.slots) - 1)
+}
+
+// reap frees the slots of removed backends whose draining is over; their
+// entries then resolve to nothing (M5) and the slot's next owner gets a new
+// generation.
+func (c *ControlPlane) reap(now int64) {
+	for slot, b := range c.slots {
+		if b != nil && b.removed && !b.drained && now >= b.drainUntil {
+			c.slots[slot] = nil
+			c.free = append(c.free, uint32(slot))
+		}
+	}
+}
+
+// SetHealth sets the health of the backends named name (configured name or
+// IP text) at once, without thresholds (sim; the health checker applies its
+// thresholds before calling this).
+func (c *ControlPlane) SetHealth(name string, healthy bool, now int64) error {
+	return c.update(name, now, func(b *backendState) { b.healthy = healthy })
+}
+
+// SetWeight records a weight report for the backends named name.
+func (c *ControlPlane) SetWeight(name string, weight uint32, state WeightState, now int64) error {
+	return c.update(name, now, func(b *backendState) {
+		b.weightState = state
+		if state == WeightValid {
+			b.weight = weight
+		}
+	})
+}
+
+// Drain removes a backend from service as an operator (M5), without editing
+// the file: never selected again, its flows drain for the service's timeout.
+func (c *ControlPlane) Drain(name string, now int64) error {
+	return c.update(name, now, func(b *backendState) {
+		if b.removed {
+			return
+		}
+		b.removed, b.drained = true, true
+		b.drainUntil = now + c.services[b.service].cfg.DrainingTimeout.Milliseconds()
+	})
+}
+
+// Undrain returns an operator-drained backend to service.
+func (c *ControlPlane) Undrain(name string, now int64) error {
+	return c.update(name, now, func(b *backendState) {
+		if b.drained {
+			b.removed, b.drained = false, false
+		}
+	})
+}
+
+func (c *ControlPlane) update(name string, now int64, fn func(b *backendState)) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	found := false
+	for _, b := range c.slots {
+		if b == nil || (b.removed && !b.drained) {
+			continue
+		}
+		if b.ep.Name == name || b.ep.IP.String() == name {
+			fn(b)
+			found = true
+		}
+	}
+	if !found {
+		return fmt.Errorf("%w: %q", ErrUnknownBackend, name)
+	}
+	c.publish(now)
+	return nil
+}
+
+// Publish rebuilds and publishes the snapshot at now (e.g. to let expired
+// drains go).
+func (c *ControlPlane) Publish(now int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.publish(now)
+}
+
+// Snapshot returns the last published snapshot.
+func (c *ControlPlane) Snapshot() *dataplane.Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.snap
+}
+
+// Config returns the running configuration.
+func (c *ControlPlane) Config() *config.Config {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cfg
+}
+
+// publish builds the snapshot from the current state and stores it.
+func (c *ControlPlane) publish(now int64) {
+	c.reap(now)
+	c.gen++
+	s := &dataplane.Snapshot{Gen: c.gen, Local: c.opts.Local}
+
+	s.Backends = make([]*dataplane.Backend, len(c.slots))
+	for slot, b := range c.slots {
+		if b == nil {
+			continue
+		}
+		st := c.services[b.service]
+		db := &dataplane.Backend{
+			Ref:            b.ref,
+			Name:           b.ep.Name,
+			IP:             b.ep.IP,
+			Addr:           dataplane.Addr16(b.ep.IP),
+			V6:             b.ep.IP.Is6(),
+			Group:          b.group,
+			Failover:       b.failover,
+			Healthy:        b.healthy,
+			ReportedWeight: b.weight,
+			Removed:        b.removed,
+			DrainUntil:     b.drainUntil,
+		}
+		method := config.ForwardL2DSR
+		if st != nil {
+			db.Service = st.id
+			method = st.cfg.ForwardingMethod
+		}
+		db.MAC, db.MACKnown = c.resolve(b.ep, method)
+		s.Backends[slot] = db
+	}
+
+	maxID := 0
+	for _, st := range c.services {
+		maxID = max(maxID, int(st.id)+1)
+	}
+	s.Services = make([]*dataplane.Service, maxID)
+	for _, name := range c.order {
+		st := c.services[name]
+		s.Services[st.id] = c.buildService(st, s)
+	}
+
+	byVIP := map[netip.Addr]*dataplane.VIPRules{}
+	var vips []netip.Addr
+	for i, r := range c.cfg.Rules {
+		vr, ok := byVIP[r.VIP]
+		if !ok {
+			vr = &dataplane.VIPRules{VIP: r.VIP}
+			byVIP[r.VIP] = vr
+			vips = append(vips, r.VIP)
+		}
+		dr := dataplane.Rule{
+			Name: r.Name, Index: i, VIP: r.VIP, Protocol: r.Protocol,
+			AllPorts: r.AllPorts, Ports: r.Ports,
+			Service: c.services[c.cfg.Services[r.Service].Name].id,
+		}
+		for _, p := range r.SourceRanges {
+			dr.Sources = append(dr.Sources, dataplane.MakePrefix(p))
+		}
+		vr.Rules = append(vr.Rules, dr)
+	}
+	for _, v := range vips {
+		vr := byVIP[v]
+		// Protocol-specific rules first, L3_DEFAULT last (FR2).
+		sort.SliceStable(vr.Rules, func(i, j int) bool {
+			return vr.Rules[i].Protocol != config.RuleL3Default && vr.Rules[j].Protocol == config.RuleL3Default
+		})
+		s.Rules = append(s.Rules, vr)
+	}
+	s.IndexVIPs()
+	c.snap = s
+	if c.engine != nil {
+		c.engine.Store(s)
+	}
+}
+
+// buildService computes the eligible set, side and Maglev table of a service.
+func (c *ControlPlane) buildService(st *serviceState, s *dataplane.Snapshot) *dataplane.Service {
+	cfg := &st.cfg
+	ds := &dataplane.Service{
+		ID:                     st.id,
+		Name:                   cfg.Name,
+		Affinity:               cfg.Affinity,
+		Mode:                   cfg.Tracking.Mode,
+		Persistence:            cfg.Tracking.Persistence,
+		IdleSec:                uint32(cfg.Tracking.IdleTimeout / time.Second),
+		Weighted:               cfg.Locality == config.LocalityWeightedMaglev,
+		Method:                 cfg.ForwardingMethod,
+		GUEPort:                cfg.GUEPort,
+		FailoverRatio:          cfg.Failover.Ratio,
+		DropTrafficIfUnhealthy: cfg.Failover.DropTrafficIfUnhealthy,
+		DisableDrainOnFailover: cfg.Failover.DisableDrainOnFailover,
+		DrainingTimeoutMs:      cfg.DrainingTimeout.Milliseconds(),
+	}
+	var ms []member
+	for _, slot := range st.members {
+		b := c.slots[slot]
+		if b.removed {
+			continue // never selected again (M5)
+		}
+		ds.Members = append(ds.Members, b.ref)
+		if ds.Weighted && (b.weightState == WeightMissing || b.weightState == WeightInvalid) {
+			ds.WeightFallback = true
+		}
+		ms = append(ms, member{ref: b.ref, failover: b.failover, healthy: b.healthy, weight: b.weight})
+	}
+	if !ds.Weighted || ds.WeightFallback {
+		for i := range ms {
+			ms[i].weight = 1
+		}
+	}
+	for _, m := range ms {
+		if db := s.Backends[m.ref.Slot()]; db != nil {
+			db.Weight = m.weight
+		}
+	}
+	ds.FailoverEnabled = failoverEnabled(ms)
+	set, side, why := eligibleSet(policy{weighted: ds.Weighted && !ds.WeightFallback, ratio: cfg.Failover.Ratio, drop: cfg.Failover.DropTrafficIfUnhealthy}, ms)
+	ds.Side, ds.EligibleWhy = side, why
+	if st.sideSet && st.lastSide != side && ds.FailoverEnabled {
+		c.log.Info("failover side switched", zap.String("service", cfg.Name),
+			zap.Stringer("from", st.lastSide), zap.Stringer("to", side), zap.String("why", why))
+	}
+	st.lastSide, st.sideSet = side, true
+
+	sig := fmt.Sprintf("%d|", cfg.MaglevTableSize)
+	for _, m := range set {
+		sig += fmt.Sprintf("%d:%d,", m.ref, m.weight)
+	}
+	if sig != st.tableSig || len(set) == 0 {
+		st.eligible, st.table = nil, nil
+		if len(set) > 0 {
+			bs := make([]maglev.Backend, len(set))
+			st.eligible = make([]dataplane.BackendRef, len(set))
+			for i, m := range set {
+				// The Maglev key is the address: the same on every instance
+				// that has the same configuration (S5), whatever the slots.
+				bs[i] = maglev.Backend{Key: c.slots[m.ref.Slot()].ep.IP.String(), Weight: m.weight}
+				st.eligible[i] = m.ref
+			}
+			b, _ := c.builder(cfg.MaglevTableSize)
+			st.table = make([]uint32, b.Size())
+			if err := b.Build(bs, st.table); err != nil {
+				c.log.Error("maglev build failed", zap.String("service", cfg.Name), zap.Error(err))
+				st.eligible, st.table = nil, nil
+			}
+		}
+		st.tableSig = sig
+	}
+	ds.Eligible, ds.Table = st.eligible, st.table
+	return ds
+}
+
+func (c *ControlPlane) resolve(ep config.Endpoint, method config.ForwardingMethod) ([6]byte, bool) {
+	if c.opts.Resolve != nil {
+		return c.opts.Resolve(ep, method)
+	}
+	if ep.HasMAC {
+		return ep.MAC, true
+	}
+	return SyntheticMAC(ep.IP), true
+}
+
+// SyntheticMAC is a locally administered MAC derived from an address, used
+// where no frame leaves the process (sim, explain).
+func SyntheticMAC(ip netip.Addr) [6]byte {
+	h := fnv.New32a()
+	b := ip.As16()
+	h.Write(b[:])
+	v := h.Sum32()
+	return [6]byte{0x02, 0x00, byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}
+}

@@ -1,0 +1,5 @@
+// Package controlplane turns configuration, health and weights into the
+// immutable snapshots the data plane reads: per service the eligible set and
+// its side (SPEC E1–E6), the Maglev table, backend states and draining
+// deadlines (M5). Reloads are applied as one atomic step (X2).
+package controlplane

@@ -1,0 +1,10 @@
+// Package dataplane is the per-packet decision engine: parse, forwarding-rule
+// lookup, selection and tracking keys, conntrack, eligible-set Maglev lookup,
+// recording and rewrite (SPEC §1–§6, X1). The same Engine runs behind AF_XDP,
+// behind the in-memory Ring, and behind `xlb sim`; there is no second model of
+// the rules anywhere.
+//
+// Policy reaches the engine only as an immutable *Snapshot that the control
+// plane builds and swaps atomically; workers Load it once per batch and never
+// wait.
+package dataplane

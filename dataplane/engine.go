@@ -1,0 +1,468 @@
+package dataplane
+
+import (
+	"sync/atomic"
+
+	"xlb/config"
+	"xlb/conntrack"
+	"xlb/dataplane/packet"
+	"xlb/maglev"
+)
+
+// IP protocol numbers the rules name.
+const (
+	protoICMP   = 1
+	protoTCP    = 6
+	protoUDP    = 17
+	protoGRE    = 47
+	protoESP    = 50
+	protoICMPv6 = 58
+)
+
+const tcpSYN = 0x02
+
+// Engine is the decision engine shared by all workers: the current snapshot
+// and the conntrack table.
+type Engine struct {
+	snap atomic.Pointer[Snapshot]
+	ct   *conntrack.Table
+}
+
+// NewEngine returns an engine over a conntrack table. It has no snapshot
+// until Store is called; until then every frame is passed to the host.
+func NewEngine(ct *conntrack.Table) *Engine {
+	return &Engine{ct: ct}
+}
+
+// Store publishes a new snapshot; workers see it from their next batch.
+func (e *Engine) Store(s *Snapshot) { e.snap.Store(s) }
+
+// Load returns the current snapshot (nil before the first Store).
+func (e *Engine) Load() *Snapshot { return e.snap.Load() }
+
+// Conntrack returns the shared tracking table.
+func (e *Engine) Conntrack() *conntrack.Table { return e.ct }
+
+// Frame is one frame in a batch: Buf[Off:Off+Len] is the packet, Buf[:Off]
+// headroom that encapsulation may use. The engine sets Verdict and Reason and
+// may move Off/Len when it encapsulates.
+type Frame struct {
+	Buf     []byte
+	Off     int
+	Len     int
+	Verdict Verdict
+	Reason  Reason
+	// Backend is the chosen backend when Verdict is VerdictForward.
+	Backend BackendRef
+}
+
+// Data returns the frame's bytes.
+func (f *Frame) Data() []byte { return f.Buf[f.Off : f.Off+f.Len] }
+
+// Decision is everything the engine decided about one frame: what sim
+// prints and what explain shows. Workers keep one and overwrite it.
+type Decision struct {
+	Verdict Verdict
+	Reason  Reason
+	Track   Track
+	Side    Side
+
+	Rule    *Rule
+	Service *Service
+	Backend *Backend
+
+	// ICMPSteered: an ICMP error steered by its quoted flow (X1).
+	ICMPSteered bool
+	// Flow is the flow the decision was made for (the reversed quoted flow
+	// for X1).
+	Flow Flow
+
+	SelKind   conntrack.Kind
+	SelHash   uint64
+	TableSlot uint32
+
+	Trackable bool
+	TrackKey  conntrack.Key
+	// Invalid says why an existing entry was replaced: "unhealthy" (M3),
+	// "failover" (M4) or "removed" (M5).
+	Invalid string
+	// Evicted: recording the entry displaced another live entry (X3).
+	Evicted bool
+}
+
+// Flow is the part of a packet the rules look at.
+type Flow struct {
+	Src, Dst   [16]byte
+	SrcPort    uint16
+	DstPort    uint16
+	Proto      uint8
+	HasDstPort bool // a destination port is present (FR3)
+	PortInfo   bool // "has port information" (SPEC §0)
+	Fragmented bool
+	SYN        bool
+	V6         bool
+}
+
+// Worker is one polling worker's engine state. Not safe for concurrent use;
+// each worker (goroutine) owns one.
+type Worker struct {
+	e      *Engine
+	parsed packet.Parsed
+	d      Decision
+	stats  *Stats
+}
+
+// NewWorker returns a worker of e.
+func (e *Engine) NewWorker() *Worker {
+	return &Worker{e: e, stats: newStats()}
+}
+
+// Stats returns the worker's counters (safe to read from other goroutines).
+func (w *Worker) Stats() *Stats { return w.stats }
+
+// Process decides a batch: one snapshot load for the whole batch, then
+// every frame gets its verdict and, when forwarded, its rewrite.
+func (w *Worker) Process(frames []Frame, now int64) {
+	snap := w.e.snap.Load()
+	w.stats.ensure(snap)
+	for i := range frames {
+		w.decide(&frames[i], snap, now, &w.d)
+	}
+}
+
+// Decide decides a single frame and returns the full decision (sim,
+// explain, tests). It uses the snapshot current at the call.
+func (w *Worker) Decide(f *Frame, now int64) Decision {
+	snap := w.e.snap.Load()
+	w.stats.ensure(snap)
+	w.decide(f, snap, now, &w.d)
+	return w.d
+}
+
+// Parsed returns the parse of the last frame decided.
+func (w *Worker) Parsed() *packet.Parsed { return &w.parsed }
+
+func (w *Worker) decide(f *Frame, snap *Snapshot, now int64, d *Decision) {
+	*d = Decision{}
+	w.decideOnly(f, snap, now, d)
+	if d.Verdict == VerdictForward {
+		w.rewrite(f, snap, d)
+	}
+	f.Verdict, f.Reason = d.Verdict, d.Reason
+	if d.Backend != nil {
+		f.Backend = d.Backend.Ref
+	}
+	w.stats.count(d, f.Len)
+}
+
+// decideOnly runs SPEC §1–§6 on the frame and fills d (no rewrite).
+func (w *Worker) decideOnly(f *Frame, snap *Snapshot, now int64, d *Decision) {
+	if snap == nil {
+		d.Verdict = VerdictPass
+		return
+	}
+	p := &w.parsed
+	if err := packet.Parse(f.Data(), p); err != nil {
+		// Malformed VIP traffic is ours to count and drop; anything else
+		// (or a frame too broken to tell) stays with the kernel.
+		if p.DstValid && snap.LookupVIP(&p.Dst) != nil {
+			d.Verdict, d.Reason = VerdictDrop, ReasonMalformed
+			return
+		}
+		d.Verdict = VerdictPass
+		return
+	}
+	vr := snap.LookupVIP(&p.Dst)
+	if vr == nil { // FR1
+		d.Verdict = VerdictPass
+		return
+	}
+	fl := &d.Flow
+	if isNDP(p) {
+		// Neighbour discovery for a VIP is the host's business.
+		d.Verdict = VerdictPass
+		return
+	}
+	if p.HasInner && (p.Proto == protoICMP || p.Proto == protoICMPv6) {
+		// X1: steer an ICMP error by the flow it quotes, reversed.
+		in := &p.Inner
+		fl.Src, fl.Dst = in.Dst, in.Src
+		fl.SrcPort, fl.DstPort = in.DstPort, in.SrcPort
+		fl.Proto = in.Proto
+		fl.HasDstPort = in.HasPorts
+		fl.PortInfo = in.HasPorts
+		fl.V6 = in.IPVersion == 6
+		d.ICMPSteered = true
+		if rv := snap.LookupVIP(&fl.Dst); rv != nil {
+			vr = rv
+		}
+	} else {
+		fl.Src, fl.Dst = p.Src, p.Dst
+		fl.Proto = p.Proto
+		fl.V6 = p.IPVersion == 6
+		fl.Fragmented = p.Frag != packet.FragNone
+		if p.HasPorts {
+			fl.SrcPort, fl.DstPort = p.SrcPort, p.DstPort
+			fl.HasDstPort = true
+			fl.PortInfo = !fl.Fragmented
+		}
+		fl.SYN = p.Proto == protoTCP && p.TCPFlags&tcpSYN != 0 && p.Frag != packet.FragLater
+	}
+
+	rule := matchRule(vr, fl)
+	if rule == nil { // FR4
+		d.Verdict, d.Reason = VerdictDrop, ReasonNoRule
+		return
+	}
+	d.Rule = rule
+	svc := snap.Service(rule.Service)
+	if svc == nil {
+		d.Verdict, d.Reason = VerdictDrop, ReasonNoRule
+		return
+	}
+	d.Service = svc
+	if len(rule.Sources) > 0 && !sourceAllowed(rule, &fl.Src) { // FR6
+		d.Verdict, d.Reason = VerdictDrop, ReasonSourceNotAllowed
+		return
+	}
+
+	selectionKey(svc, fl, d)
+	trackingKey(svc, fl, d)
+
+	// Step 1 (§4): new or existing?
+	ct := w.e.ct
+	switch {
+	case !d.Trackable: // CT3
+		d.Track = TrackUntracked
+	case fl.SYN && !d.ICMPSteered && (svc.Mode == config.PerConnection ||
+		svc.Affinity == config.AffinityNone || svc.Affinity == config.AffinityClientIPPortProto):
+		d.Track = TrackNew // CT1, CT2
+	default: // CT2 (session SYN), CT4
+		e, ok := ct.Lookup(&d.TrackKey, now)
+		if !ok {
+			d.Track = TrackNew
+			break
+		}
+		b := snap.Backend(BackendRef(e.Backend))
+		switch {
+		case b == nil || (b.Removed && now >= b.DrainUntil): // M5
+			d.Invalid = "removed"
+		case !b.Healthy && !persists(svc, fl.Proto): // M3, P1
+			d.Invalid = "unhealthy"
+		case svc.FailoverEnabled && svc.DisableDrainOnFailover && Side(e.Side) != svc.Side: // M4
+			d.Invalid = "failover"
+		}
+		if d.Invalid == "" {
+			if !d.ICMPSteered {
+				ct.Touch(&e, now)
+			}
+			d.Track = TrackHit
+			d.Backend = b
+			d.Side = Side(e.Side)
+			d.Verdict = VerdictForward
+			return
+		}
+		d.Track = TrackReplaced
+	}
+	if d.ICMPSteered {
+		// An ICMP error never creates or replaces an entry.
+		d.Track = TrackUntracked
+	}
+
+	// Step 2 (§5): select among the eligible set.
+	if len(svc.Eligible) == 0 { // S6
+		if d.Track == TrackReplaced {
+			ct.Delete(&d.TrackKey)
+		}
+		d.Verdict, d.Reason = VerdictDrop, ReasonNoEligibleBackend
+		return
+	}
+	d.TableSlot = uint32(d.SelHash % uint64(len(svc.Table)))
+	ref := svc.Eligible[maglev.Lookup(svc.Table, d.SelHash)]
+	d.Backend = snap.Backend(ref)
+	d.Side = svc.Side
+	d.Verdict = VerdictForward
+
+	// R1: record.
+	if d.Track == TrackNew || d.Track == TrackReplaced {
+		r := ct.Upsert(&d.TrackKey, conntrack.Value{Backend: uint32(ref), Side: uint8(svc.Side), IdleSec: svc.IdleSec}, now)
+		d.Evicted = r == conntrack.Evicted
+	}
+}
+
+// isNDP reports router/neighbour solicitation/advertisement and redirect.
+func isNDP(p *packet.Parsed) bool {
+	return p.Proto == protoICMPv6 && p.ICMPType >= 133 && p.ICMPType <= 137
+}
+
+// matchRule applies FR2 and FR3: a protocol-specific rule whose ports match
+// wins; otherwise the VIP's L3_DEFAULT rule takes TCP, UDP, ESP, GRE, ICMP
+// and ICMPv6.
+func matchRule(vr *VIPRules, fl *Flow) *Rule {
+	var l3 *Rule
+	for i := range vr.Rules {
+		r := &vr.Rules[i]
+		switch r.Protocol {
+		case config.RuleL3Default:
+			l3 = r
+		case config.RuleTCP:
+			if fl.Proto == protoTCP && portsMatch(r, fl) {
+				return r
+			}
+		case config.RuleUDP:
+			if fl.Proto == protoUDP && portsMatch(r, fl) {
+				return r
+			}
+		}
+	}
+	if l3 != nil {
+		switch fl.Proto {
+		case protoTCP, protoUDP, protoESP, protoGRE, protoICMP, protoICMPv6:
+			return l3
+		}
+	}
+	return nil
+}
+
+// portsMatch is FR3: a packet without a destination port matches only an
+// all-ports rule; a first fragment matches on its ports.
+func portsMatch(r *Rule, fl *Flow) bool {
+	if r.AllPorts {
+		return true
+	}
+	if !fl.HasDstPort {
+		return false
+	}
+	for _, pr := range r.Ports {
+		if pr.Contains(fl.DstPort) {
+			return true
+		}
+	}
+	return false
+}
+
+func sourceAllowed(r *Rule, src *[16]byte) bool {
+	for i := range r.Sources {
+		if r.Sources[i].Contains(src) {
+			return true
+		}
+	}
+	return false
+}
+
+// selectionKey computes the selection hash (§2, A1).
+func selectionKey(svc *Service, fl *Flow, d *Decision) {
+	switch svc.Affinity {
+	case config.AffinityClientIP:
+		d.SelKind = conntrack.Kind2T
+		d.SelHash = FlowHash(&fl.Src, &fl.Dst, 0, 0, 0, uint8(conntrack.Kind2T))
+	case config.AffinityClientIPProto:
+		d.SelKind = conntrack.Kind3T
+		d.SelHash = FlowHash(&fl.Src, &fl.Dst, 0, 0, fl.Proto, uint8(conntrack.Kind3T))
+	default: // NONE, CLIENT_IP_PORT_PROTO
+		if fl.PortInfo {
+			d.SelKind = conntrack.Kind5T
+			d.SelHash = FlowHash(&fl.Src, &fl.Dst, fl.SrcPort, fl.DstPort, fl.Proto, uint8(conntrack.Kind5T))
+		} else {
+			d.SelKind = conntrack.Kind3T
+			d.SelHash = FlowHash(&fl.Src, &fl.Dst, 0, 0, fl.Proto, uint8(conntrack.Kind3T))
+		}
+	}
+}
+
+// trackingKey decides T1 (trackable?) and builds the T2 key, scoped by the
+// service (T4).
+func trackingKey(svc *Service, fl *Flow, d *Decision) {
+	switch fl.Proto {
+	case protoTCP:
+		d.Trackable = true
+	case protoUDP, protoESP, protoGRE:
+		d.Trackable = svc.Affinity != config.AffinityNone
+	default:
+		d.Trackable = false
+	}
+	if !d.Trackable {
+		return
+	}
+	kind := conntrack.Kind3T
+	if (fl.Proto == protoTCP || fl.Proto == protoUDP) && !fl.Fragmented && fl.HasDstPort {
+		kind = conntrack.Kind5T
+	}
+	if svc.Mode == config.PerSession {
+		switch svc.Affinity {
+		case config.AffinityClientIPProto:
+			kind = conntrack.Kind3T
+		case config.AffinityClientIP:
+			kind = conntrack.Kind2T
+		}
+	}
+	k := &d.TrackKey
+	k.Src, k.Dst, k.Kind, k.Service = fl.Src, fl.Dst, kind, svc.ID
+	if kind >= conntrack.Kind3T {
+		k.Proto = fl.Proto
+	}
+	if kind == conntrack.Kind5T {
+		k.SrcPort, k.DstPort = fl.SrcPort, fl.DstPort
+	}
+}
+
+// persists is P1: does an entry on an unhealthy backend keep its packets?
+func persists(svc *Service, proto uint8) bool {
+	switch svc.Persistence {
+	case config.PersistNever:
+		return false
+	case config.PersistAlways: // valid only with PER_CONNECTION
+		return proto == protoTCP ||
+			(svc.Affinity != config.AffinityNone && (proto == protoUDP || proto == protoESP || proto == protoGRE))
+	default: // DEFAULT_FOR_PROTOCOL
+		if proto != protoTCP {
+			return false
+		}
+		if svc.Mode == config.PerConnection {
+			return true
+		}
+		return svc.Affinity == config.AffinityNone || svc.Affinity == config.AffinityClientIPPortProto
+	}
+}
+
+// rewrite turns a forward decision into the frame that goes on the wire.
+func (w *Worker) rewrite(f *Frame, snap *Snapshot, d *Decision) {
+	b := d.Backend
+	if b == nil || !b.MACKnown {
+		d.Verdict, d.Reason = VerdictDrop, ReasonBackendNotReady
+		return
+	}
+	svc := d.Service
+	if svc.Method == config.ForwardL2DSR {
+		packet.RewriteL2(f.Data(), b.MAC, snap.Local.MAC)
+		return
+	}
+	enc := packet.Encap{
+		SrcMAC:   snap.Local.MAC,
+		DstMAC:   b.MAC,
+		OuterDst: b.Addr,
+		OuterV6:  b.V6,
+		GUE:      svc.Method == config.ForwardGUE,
+		GUEPort:  svc.GUEPort,
+		FlowHash: uint32(d.SelHash),
+	}
+	switch {
+	case b.V6 && snap.Local.HasSrcV6:
+		enc.OuterSrc = snap.Local.EncapSrcV6
+	case !b.V6 && snap.Local.HasSrcV4:
+		enc.OuterSrc = snap.Local.EncapSrcV4
+	default:
+		d.Verdict, d.Reason = VerdictDrop, ReasonNoEncapSource
+		return
+	}
+	maxLen := len(f.Buf) - f.Off
+	if snap.Local.MaxFrame > 0 {
+		maxLen = snap.Local.MaxFrame
+	}
+	off, n, err := packet.Encapsulate(f.Buf, f.Off, &w.parsed, &enc, maxLen)
+	if err != nil {
+		d.Verdict, d.Reason = VerdictDrop, ReasonTooBig
+		return
+	}
+	f.Off, f.Len = off, n
+}

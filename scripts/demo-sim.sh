@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# make demo (for now): replays testdata/demo/scenario.jsonl through the real
+# engine with `xlb sim` and prints what happened. No privileges needed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cfg=testdata/demo/xlb.toml
+scn=testdata/demo/scenario.jsonl
+echo "== xlb check"
+./bin/xlb check -c "$cfg"
+echo
+echo "== xlb sim: 1000 new TCP connections while b1:b2:b3 report weights 100:200:300,"
+echo "   then b1 and b2 fail: tracked connections stay, new ones fail over to b4."
+echo "   Weights predict b1 16.7%, b2 33.3%, b3 50.0% of the first 1000 connections."
+./bin/xlb sim --summary -c "$cfg" "$scn"
+echo
+echo "== xlb explain: a new connection after the failover"
+./bin/xlb explain -c "$cfg" --src 192.0.2.1 --dst 203.0.113.10 --proto tcp --sport 40000 --dport 443 --flags S --unhealthy b1,b2
