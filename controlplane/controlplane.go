@@ -474,6 +474,11 @@ func (c *ControlPlane) buildService(st *serviceState, s *dataplane.Snapshot) *da
 	}
 	ds.FailoverEnabled = failoverEnabled(ms)
 	set, side, why := eligibleSet(policy{weighted: ds.Weighted && !ds.WeightFallback, ratio: cfg.Failover.Ratio, drop: cfg.Failover.DropTrafficIfUnhealthy}, ms)
+	if len(set) == 0 && st.sideSet {
+		// An empty set (drop_traffic_if_unhealthy) has no members to give it
+		// a side; keep the last one so M4 sees no switch that did not happen.
+		side = st.lastSide
+	}
 	ds.Side, ds.EligibleWhy = side, why
 	if st.sideSet && st.lastSide != side && ds.FailoverEnabled {
 		c.log.Info("failover side switched", zap.String("service", cfg.Name),
