@@ -1,0 +1,98 @@
+package conntrack
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"testing"
+)
+
+// BenchmarkTable measures the hot-path operations on tables of 1M and 4M
+// entries prefilled to 75 %. Keys of hits are walked in insertion order,
+// which the hash scatters over the whole table, so each lookup pays the
+// cache misses it would pay in production. Insert keeps adding new keys on
+// top of the prefill, so long runs measure a table that is full and
+// evicting (X3), the steady state under churn.
+func BenchmarkTable(b *testing.B) {
+	for _, size := range []int{1 << 20, 1 << 22} {
+		b.Run(fmt.Sprintf("%dM", size>>20), func(b *testing.B) {
+			tab := mustNew(b, size)
+			filled := size / 4 * 3
+			hits := make([]Key, 0, filled)
+			for i := range filled {
+				k := key5(i)
+				tab.Upsert(&k, val(i), 0)
+				hits = append(hits, k)
+			}
+			// Full buckets evicted a few keys during the prefill; hits
+			// are the keys still present.
+			hits = slices.DeleteFunc(hits, func(k Key) bool {
+				_, ok := tab.Lookup(&k, 0)
+				return !ok
+			})
+			b.Logf("prefilled %d keys, %d present (%.1f%% of capacity), %d evictions",
+				filled, len(hits), 100*float64(len(hits))/float64(tab.Capacity()), tab.Stats().Evictions)
+			misses := make([]Key, 1<<16)
+			for i := range misses {
+				misses[i] = key5(filled + i)
+			}
+			b.Run("hit", func(b *testing.B) {
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					if _, ok := tab.Lookup(&hits[i], 1); !ok {
+						b.Fatal("miss")
+					}
+					if i++; i == len(hits) {
+						i = 0
+					}
+				}
+			})
+			b.Run("hit-touch", func(b *testing.B) {
+				b.ReportAllocs()
+				i, now := 0, int64(1)
+				for b.Loop() {
+					e, _ := tab.Lookup(&hits[i], now)
+					tab.Touch(&e, now)
+					if i++; i == len(hits) {
+						i, now = 0, now+1
+					}
+				}
+			})
+			b.Run("hit-parallel", func(b *testing.B) {
+				b.ReportAllocs()
+				var start atomic.Uint64
+				b.RunParallel(func(pb *testing.PB) {
+					i := rand.New(rand.NewPCG(start.Add(1), 1)).IntN(len(hits))
+					for pb.Next() {
+						e, _ := tab.Lookup(&hits[i], 1)
+						tab.Touch(&e, 2)
+						if i++; i == len(hits) {
+							i = 0
+						}
+					}
+				})
+			})
+			b.Run("miss", func(b *testing.B) {
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					if _, ok := tab.Lookup(&misses[i&(len(misses)-1)], 1); ok {
+						b.Fatal("hit")
+					}
+					i++
+				}
+			})
+			b.Run("insert", func(b *testing.B) {
+				b.ReportAllocs()
+				i := filled + len(misses)
+				for b.Loop() {
+					k := key5(i)
+					tab.Upsert(&k, val(i), 2)
+					i++
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,100 @@
+package conntrack
+
+import (
+	"math/rand/v2"
+	"sync"
+	"testing"
+)
+
+// concVal encodes the key index into every field of the value, plus who
+// wrote it, so that a reader can tell a torn or misplaced value.
+func concVal(idx, g, n int) Value {
+	return Value{
+		Backend: uint32(idx)<<16 | uint32(g)<<8 | uint32(n&0xff),
+		Side:    uint8(idx),
+		IdleSec: uint32(1000 + idx),
+	}
+}
+
+func checkVal(tb testing.TB, idx int, v Value) {
+	if int(v.Backend>>16) != idx || v.Side != uint8(idx) || v.IdleSec != uint32(1000+idx) {
+		tb.Errorf("key %d read value %+v: not written for this key", idx, v)
+	}
+}
+
+// keyIndex inverts key5 (indexes below 2^24).
+func keyIndex(k Key) int {
+	return int(k.Src[13])<<16 | int(k.Src[14])<<8 | int(k.Src[15])
+}
+
+// hammer runs goroutines doing random Lookup/Touch/Upsert/Delete/Range on
+// nkeys keys of tab and checks that every value read belongs to its key.
+func hammer(t *testing.T, tab *Table, nkeys, goroutines, ops int) {
+	keys := make([]Key, nkeys)
+	for i := range keys {
+		keys[i] = key5(i)
+	}
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 42))
+			for n := range ops {
+				now := int64(n) // clocks of goroutines differ; nothing expires
+				idx := rng.IntN(nkeys)
+				k := &keys[idx]
+				switch r := rng.IntN(100); {
+				case r < 55:
+					if e, ok := tab.Lookup(k, now); ok {
+						checkVal(t, idx, e.Value)
+						tab.Touch(&e, now)
+					}
+				case r < 90:
+					tab.Upsert(k, concVal(idx, g, n), now)
+				case r < 99:
+					tab.Delete(k)
+				default:
+					tab.Range(now, func(k Key, e Entry) bool {
+						i := keyIndex(k)
+						if i >= nkeys || k != keys[i] {
+							t.Errorf("Range returned a key never written: %v", k)
+							return false
+						}
+						checkVal(t, i, e.Value)
+						return true
+					})
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := tab.Len(); n < 0 || n > tab.Capacity() || n > nkeys {
+		t.Errorf("Len = %d after the run", n)
+	}
+	// At rest, Len is exact.
+	live := 0
+	tab.Range(0, func(Key, Entry) bool { live++; return true })
+	if live != tab.Len() {
+		t.Errorf("Range counts %d entries, Len %d", live, tab.Len())
+	}
+}
+
+// TestT3_ConcurrentNoTornValues: one bucket, every fingerprint equal, twice
+// as many keys as slots: constant collisions, evictions and rewrites of the
+// slots being read.
+func TestT3_ConcurrentNoTornValues(t *testing.T) {
+	ops := 20000
+	if testing.Short() {
+		ops = 2000
+	}
+	hammer(t, oneBucket(t), 2*slotsPerBucket, 6, ops)
+}
+
+// TestConcurrentSeededTable: the same on a real table with a few hundred
+// keys spread over buckets.
+func TestConcurrentSeededTable(t *testing.T) {
+	ops := 20000
+	if testing.Short() {
+		ops = 2000
+	}
+	hammer(t, mustNew(t, 1024), 300, 6, ops)
+}

@@ -1,0 +1,390 @@
+package conntrack
+
+import (
+	"testing"
+)
+
+// TestT3_ExactKeysUnderCollision puts keys that differ in a single field
+// into one bucket where all fingerprints are equal: each lookup must still
+// find its own entry and never another flow's.
+func TestT3_ExactKeysUnderCollision(t *testing.T) {
+	tab := oneBucket(t)
+	base := key5(1)
+	variants := []func(k *Key){
+		func(k *Key) {},
+		func(k *Key) { k.SrcPort++ },
+		func(k *Key) { k.DstPort++ },
+		func(k *Key) { k.Proto = 17 },
+		func(k *Key) { k.Src[15] ^= 1 },
+		func(k *Key) { k.Dst[0] = 0x20 }, // an IPv6 destination
+		func(k *Key) { k.Service = 2 },
+		func(k *Key) { k.Kind = Kind3T; k.SrcPort, k.DstPort = 0, 0 },
+	}
+	keys := make([]Key, len(variants))
+	for i, f := range variants {
+		keys[i] = base
+		f(&keys[i])
+		if r := tab.Upsert(&keys[i], val(i), 0); r != Inserted {
+			t.Fatalf("Upsert variant %d = %v, want inserted", i, r)
+		}
+	}
+	for i, k := range keys {
+		if e := mustFind(t, tab, k, 1); e.Backend != uint32(i) {
+			t.Errorf("variant %d: backend %d, want %d", i, e.Backend, i)
+		}
+	}
+	// Same bucket, same fingerprint, not stored: a miss, not a neighbour.
+	k2 := base
+	k2.Kind, k2.SrcPort, k2.DstPort, k2.Proto = Kind2T, 0, 0, 0
+	mustMiss(t, tab, k2, 1)
+	if tab.Delete(&k2) {
+		t.Error("Delete of an absent colliding key removed something")
+	}
+	if tab.Len() != len(keys) {
+		t.Errorf("Len = %d, want %d", tab.Len(), len(keys))
+	}
+}
+
+// TestT3_ExactKeysSeededTable checks the same with the real hash: keys one
+// bit apart are distinct entries.
+func TestT3_ExactKeysSeededTable(t *testing.T) {
+	tab := mustNew(t, 1024)
+	a, b := key5(7), key5(7)
+	b.Src[15] ^= 0x80
+	tab.Upsert(&a, val(1), 0)
+	mustMiss(t, tab, b, 0)
+	tab.Upsert(&b, val(2), 0)
+	if ea, eb := mustFind(t, tab, a, 0), mustFind(t, tab, b, 0); ea.Backend != 1 || eb.Backend != 2 {
+		t.Errorf("backends %d, %d; want 1, 2", ea.Backend, eb.Backend)
+	}
+}
+
+// TestT4_ServiceScopesEntries: the same tuple under two services is two
+// entries that never see each other.
+func TestT4_ServiceScopesEntries(t *testing.T) {
+	tab := mustNew(t, 1024)
+	k1, k2 := key5(3), key5(3)
+	k1.Service, k2.Service = 10, 11
+	tab.Upsert(&k1, val(10), 0)
+	mustMiss(t, tab, k2, 0)
+	if r := tab.Upsert(&k2, val(11), 0); r != Inserted {
+		t.Fatalf("Upsert for the second service = %v, want inserted", r)
+	}
+	if e := mustFind(t, tab, k1, 0); e.Backend != 10 {
+		t.Errorf("service 10 backend %d", e.Backend)
+	}
+	tab.Delete(&k2)
+	if e := mustFind(t, tab, k1, 0); e.Backend != 10 {
+		t.Errorf("after deleting service 11: service 10 backend %d", e.Backend)
+	}
+	mustMiss(t, tab, k2, 0)
+}
+
+// TestM1_ExpiryAtExactlyIdleSec: valid at IdleSec*1000-1 ms after the last
+// use, gone at IdleSec*1000; Touch moves the deadline.
+func TestM1_ExpiryAtExactlyIdleSec(t *testing.T) {
+	tab := mustNew(t, 1024)
+	k := key5(1)
+	const t0 = 1_000_000
+	tab.Upsert(&k, Value{Backend: 9, IdleSec: 60}, t0)
+	e := mustFind(t, tab, k, t0+59_999)
+	if e.LastUse != t0 || e.IdleSec != 60 {
+		t.Fatalf("entry %+v", e)
+	}
+	mustMiss(t, tab, k, t0+60_000)
+
+	// Touch at t0+30s: now valid until t0+90s-1ms.
+	e = mustFind(t, tab, k, t0+30_000)
+	tab.Touch(&e, t0+30_000)
+	if e.LastUse != t0+30_000 {
+		t.Errorf("Touch did not update Entry.LastUse: %d", e.LastUse)
+	}
+	if e := mustFind(t, tab, k, t0+89_999); e.LastUse != t0+30_000 {
+		t.Errorf("LastUse after Touch = %d", e.LastUse)
+	}
+	mustMiss(t, tab, k, t0+90_000)
+
+	// A clock that runs behind another worker's never moves LastUse back.
+	e = mustFind(t, tab, k, t0+40_000)
+	tab.Touch(&e, t0+20_000)
+	if e := mustFind(t, tab, k, t0+40_000); e.LastUse != t0+30_000 {
+		t.Errorf("Touch with an older clock moved LastUse to %d", e.LastUse)
+	}
+}
+
+func TestM1_IdleSecPerEntryAndClamped(t *testing.T) {
+	tab := mustNew(t, 1024)
+	for i, idle := range []uint32{1, 5, MaxIdleSec} {
+		k := key5(i)
+		tab.Upsert(&k, Value{IdleSec: idle}, 0)
+		mustFind(t, tab, k, int64(idle)*1000-1)
+		mustMiss(t, tab, k, int64(idle)*1000)
+	}
+	k := key5(100)
+	tab.Upsert(&k, Value{IdleSec: 0}, 0) // clamped to 1 s
+	if e := mustFind(t, tab, k, 999); e.IdleSec != 1 {
+		t.Errorf("IdleSec 0 stored as %d, want 1", e.IdleSec)
+	}
+	k = key5(101)
+	tab.Upsert(&k, Value{IdleSec: 1 << 30}, 0) // clamped to a day
+	if e := mustFind(t, tab, k, 0); e.IdleSec != MaxIdleSec {
+		t.Errorf("IdleSec 1<<30 stored as %d, want %d", e.IdleSec, MaxIdleSec)
+	}
+}
+
+// TestX3_CapacityBounded inserts ten times the capacity in distinct keys:
+// Len never exceeds Capacity, every displaced entry is counted.
+func TestX3_CapacityBounded(t *testing.T) {
+	tab := mustNew(t, 1024)
+	c := tab.Capacity()
+	var evicted int
+	for i := range 10 * c {
+		k := key5(i)
+		switch tab.Upsert(&k, val(i), int64(i)) {
+		case Evicted:
+			evicted++
+		case Inserted:
+		default:
+			t.Fatalf("Upsert of new key %d: not inserted or evicted", i)
+		}
+		if n := tab.Len(); n > c {
+			t.Fatalf("after %d inserts Len = %d > Capacity %d", i+1, n, c)
+		}
+	}
+	s := tab.Stats()
+	if s.Inserts != uint64(10*c) || s.Evictions != uint64(evicted) || s.Updates != 0 || s.Reclaimed != 0 {
+		t.Errorf("stats %+v; want %d inserts, %d evictions", s, 10*c, evicted)
+	}
+	if evicted < 9*c {
+		t.Errorf("%d evictions, want at least %d", evicted, 9*c)
+	}
+	if tab.Len() != c { // 80 keys per bucket on average: every bucket is full
+		t.Errorf("Len = %d, want %d", tab.Len(), c)
+	}
+	// LRU per bucket: the last key inserted is always still there, and
+	// every survivor is among the most recent inserts.
+	mustFind(t, tab, key5(10*c-1), int64(10*c))
+	n := 0
+	tab.Range(int64(10*c), func(k Key, e Entry) bool {
+		n++
+		if int(e.Backend) < 5*c {
+			t.Errorf("survivor %d is older than the last 5*capacity inserts", e.Backend)
+		}
+		return true
+	})
+	if n != c {
+		t.Errorf("Range saw %d entries, want %d", n, c)
+	}
+}
+
+// TestX3_EvictsLeastRecentlyUsed: in a full bucket the victim is the entry
+// with the oldest last use, counting Touch.
+func TestX3_EvictsLeastRecentlyUsed(t *testing.T) {
+	tab := oneBucket(t)
+	for i := range slotsPerBucket {
+		k := key5(i)
+		tab.Upsert(&k, val(i), int64(10*i)) // key 0 oldest, then 1, ...
+	}
+	e := mustFind(t, tab, key5(0), 100)
+	tab.Touch(&e, 100) // key 0 is now the most recent; key 1 the oldest
+	k := key5(99)
+	if r := tab.Upsert(&k, val(99), 200); r != Evicted {
+		t.Fatalf("Upsert into a full bucket = %v, want evicted", r)
+	}
+	mustMiss(t, tab, key5(1), 200)
+	for _, i := range []int{0, 2, 3, 4, 5, 6, 7, 99} {
+		if e := mustFind(t, tab, key5(i), 200); e.Backend != uint32(i) {
+			t.Errorf("key %d: backend %d", i, e.Backend)
+		}
+	}
+	if s := tab.Stats(); s.Evictions != 1 || s.Inserts != 9 || tab.Len() != slotsPerBucket {
+		t.Errorf("stats %+v, Len %d", s, tab.Len())
+	}
+}
+
+// TestX3_ReclaimsExpiredBeforeEvicting: an expired slot is reused before
+// any live entry is evicted, even a less recently used one.
+func TestX3_ReclaimsExpiredBeforeEvicting(t *testing.T) {
+	tab := oneBucket(t)
+	for i := range slotsPerBucket {
+		k := key5(i)
+		v := Value{Backend: uint32(i), IdleSec: 600}
+		if i == 5 {
+			v.IdleSec = 1
+		}
+		tab.Upsert(&k, v, int64(1000*i)) // key 5 (used at 5 s) expires at 6 s
+	}
+	k := key5(99)
+	if r := tab.Upsert(&k, val(99), 6000); r != Inserted {
+		t.Fatalf("Upsert = %v, want inserted into the expired slot", r)
+	}
+	mustMiss(t, tab, key5(5), 6000)
+	mustFind(t, tab, key5(0), 6000) // the LRU live entry survives
+	if s := tab.Stats(); s.Reclaimed != 1 || s.Evictions != 0 || tab.Len() != slotsPerBucket {
+		t.Errorf("stats %+v, Len %d", s, tab.Len())
+	}
+}
+
+func TestUpsertOverwriteReturnsUpdated(t *testing.T) {
+	tab := mustNew(t, 1024)
+	k := key5(1)
+	if r := tab.Upsert(&k, Value{Backend: 1, Side: 0, IdleSec: 60}, 0); r != Inserted {
+		t.Fatalf("first Upsert = %v", r)
+	}
+	if r := tab.Upsert(&k, Value{Backend: 2, Side: 1, IdleSec: 30}, 5000); r != Updated {
+		t.Fatalf("second Upsert = %v, want updated", r)
+	}
+	e := mustFind(t, tab, k, 5000)
+	if e.Value != (Value{Backend: 2, Side: 1, IdleSec: 30}) || e.LastUse != 5000 {
+		t.Errorf("entry %+v", e)
+	}
+	if tab.Len() != 1 {
+		t.Errorf("Len = %d", tab.Len())
+	}
+	// Overwriting the key's own expired entry is a new connection.
+	if r := tab.Upsert(&k, val(3), 5000+30_000); r != Inserted {
+		t.Errorf("Upsert over the expired entry = %v, want inserted", r)
+	}
+	if s := tab.Stats(); s.Inserts != 2 || s.Updates != 1 || s.Reclaimed != 1 || tab.Len() != 1 {
+		t.Errorf("stats %+v, Len %d", s, tab.Len())
+	}
+}
+
+func TestDelete(t *testing.T) {
+	tab := oneBucket(t)
+	for i := range slotsPerBucket {
+		k := key5(i)
+		tab.Upsert(&k, val(i), 0)
+	}
+	k := key5(3)
+	if !tab.Delete(&k) {
+		t.Fatal("Delete of a present key = false")
+	}
+	mustMiss(t, tab, k, 0)
+	if tab.Delete(&k) {
+		t.Error("second Delete = true")
+	}
+	if tab.Len() != slotsPerBucket-1 {
+		t.Errorf("Len = %d", tab.Len())
+	}
+	// The freed slot takes the next key without evicting anyone.
+	k = key5(50)
+	if r := tab.Upsert(&k, val(50), 1); r != Inserted {
+		t.Errorf("Upsert after Delete = %v, want inserted", r)
+	}
+	for _, i := range []int{0, 1, 2, 4, 5, 6, 7, 50} {
+		mustFind(t, tab, key5(i), 1)
+	}
+	if s := tab.Stats(); s.Deletes != 1 || s.Evictions != 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+// TestTouchAfterSlotReuse: a Touch through an entry whose slot has since
+// been given to another key does not refresh that key.
+func TestTouchAfterSlotReuse(t *testing.T) {
+	tab := oneBucket(t)
+	a, b := key5(1), key5(2)
+	tab.Upsert(&a, val(1), 0)
+	e := mustFind(t, tab, a, 0)
+	tab.Delete(&a)
+	tab.Upsert(&b, val(2), 10) // lands in a's old slot (the first free)
+	tab.Touch(&e, 50_000)
+	if eb := mustFind(t, tab, b, 50_000); eb.LastUse != 10 {
+		t.Errorf("stale Touch changed another entry: LastUse %d", eb.LastUse)
+	}
+	var zero Entry
+	tab.Touch(&zero, 1) // an Entry from a miss is ignored
+}
+
+func TestRange(t *testing.T) {
+	tab := mustNew(t, 1024)
+	want := map[Key]uint32{}
+	for i := range 100 {
+		k := key5(i)
+		v := val(i)
+		if i%4 == 0 {
+			v.IdleSec = 1 // expired by the time we range
+		} else {
+			want[k] = uint32(i)
+		}
+		tab.Upsert(&k, v, 0)
+	}
+	del := key5(1)
+	tab.Delete(&del)
+	delete(want, del)
+
+	got := map[Key]uint32{}
+	tab.Range(1000, func(k Key, e Entry) bool {
+		if _, dup := got[k]; dup {
+			t.Errorf("Range visited %v twice", k)
+		}
+		got[k] = e.Backend
+		return true
+	})
+	if len(got) != len(want) {
+		t.Errorf("Range saw %d entries, want %d", len(got), len(want))
+	}
+	for k, b := range want {
+		if got[k] != b {
+			t.Errorf("%v: backend %d, want %d", k, got[k], b)
+		}
+	}
+	n := 0
+	tab.Range(1000, func(Key, Entry) bool { n++; return n < 5 })
+	if n != 5 {
+		t.Errorf("Range did not stop when fn returned false: %d calls", n)
+	}
+	// Entries from Range can be touched.
+	tab.Range(1000, func(k Key, e Entry) bool {
+		tab.Touch(&e, 2000)
+		if e2 := mustFind(t, tab, k, 2000); e2.LastUse != 2000 {
+			t.Errorf("Touch from Range: LastUse %d", e2.LastUse)
+		}
+		return false
+	})
+}
+
+func TestKeyString(t *testing.T) {
+	k := key5(0x010203)
+	if got, want := k.String(), "svc 1 5T proto 6 10.1.2.3:17075 -> 192.0.2.1:443"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	k.Kind, k.SrcPort, k.DstPort, k.Proto = Kind2T, 0, 0, 0
+	if got, want := k.String(), "svc 1 2T 10.1.2.3 -> 192.0.2.1"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+}
+
+func TestKeyWordsRoundTrip(t *testing.T) {
+	k := key5(12345)
+	k.Src[0], k.Dst[7], k.Service = 0xfe, 0x80, 0xbeef
+	var w keyWords
+	w.from(&k)
+	if got := w.key(); got != k {
+		t.Errorf("round trip: %v, want %v", got, k)
+	}
+}
+
+// TestAllocs: the hot-path operations never allocate.
+func TestAllocs(t *testing.T) {
+	tab := mustNew(t, 1024)
+	k, miss := key5(1), key5(2)
+	tab.Upsert(&k, val(1), 0)
+	now := int64(0)
+	for name, f := range map[string]func(){
+		"Lookup": func() { tab.Lookup(&k, now) },
+		"Miss":   func() { tab.Lookup(&miss, now) },
+		"Touch": func() {
+			now++
+			e, _ := tab.Lookup(&k, now)
+			tab.Touch(&e, now)
+		},
+		"Upsert": func() { now++; tab.Upsert(&k, val(1), now) },
+		"Delete": func() { tab.Upsert(&miss, val(2), now); tab.Delete(&miss) },
+	} {
+		if n := testing.AllocsPerRun(100, f); n != 0 {
+			t.Errorf("%s: %v allocations per run, want 0", name, n)
+		}
+	}
+}
