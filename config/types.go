@@ -78,9 +78,9 @@ type TrackingPolicy struct {
 
 // FailoverPolicy is [backend_service.failover_policy].
 type FailoverPolicy struct {
-	Ratio                   float64
-	DropTrafficIfUnhealthy  bool
-	DisableDrainOnFailover  bool
+	Ratio                  float64
+	DropTrafficIfUnhealthy bool
+	DisableDrainOnFailover bool
 }
 
 // Group is one [[backend_service.backend]]: a backend group.
@@ -222,13 +222,13 @@ var (
 	zeroCopyNames    = [...]string{"auto", "on", "off"}
 )
 
-func (a Affinity) String() string          { return affinityNames[a] }
-func (l LocalityPolicy) String() string    { return localityNames[l] }
-func (m ForwardingMethod) String() string  { return methodNames[m] }
-func (m TrackingMode) String() string      { return trackingNames[m] }
-func (p Persistence) String() string       { return persistenceNames[p] }
-func (p RuleProtocol) String() string      { return ruleProtoNames[p] }
-func (p ServiceProtocol) String() string   { return svcProtoNames[p] }
-func (t HealthCheckType) String() string   { return checkTypeNames[t] }
-func (m XDPMode) String() string           { return xdpModeNames[m] }
-func (z ZeroCopy) String() string          { return zeroCopyNames[z] }
+func (a Affinity) String() string         { return affinityNames[a] }
+func (l LocalityPolicy) String() string   { return localityNames[l] }
+func (m ForwardingMethod) String() string { return methodNames[m] }
+func (m TrackingMode) String() string     { return trackingNames[m] }
+func (p Persistence) String() string      { return persistenceNames[p] }
+func (p RuleProtocol) String() string     { return ruleProtoNames[p] }
+func (p ServiceProtocol) String() string  { return svcProtoNames[p] }
+func (t HealthCheckType) String() string  { return checkTypeNames[t] }
+func (m XDPMode) String() string          { return xdpModeNames[m] }
+func (z ZeroCopy) String() string         { return zeroCopyNames[z] }

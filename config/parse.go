@@ -1,0 +1,302 @@
+package config
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Load reads and validates the configuration file at path. A file that does
+// not parse or validate yields Errors; a file that cannot be read yields the
+// error of os.ReadFile, wrapped.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse validates data, a configuration read from path (used only in
+// errors; it may be ""). It returns a Config with every default filled in and
+// every reference resolved, or Errors listing every problem found.
+func Parse(path string, data []byte) (*Config, error) {
+	src := string(data)
+	// A generic decoding first: it reports syntax errors, and checkKeys finds
+	// unknown keys and misshapen tables in it before the typed decoding.
+	var tree map[string]any
+	if _, err := toml.Decode(src, &tree); err != nil {
+		return nil, Errors{decodeError(path, err)}
+	}
+	c := &converter{file: path, lines: locate(src)}
+	if !c.checkKeys(tree, reflect.TypeFor[rawFile](), "") {
+		return nil, c.sorted()
+	}
+	var raw rawFile
+	if _, err := toml.Decode(src, &raw); err != nil {
+		// The decoder matches field names case-insensitively, so a case
+		// variant of a known key (reported above as unknown) can still fail
+		// it; nothing else should.
+		if len(c.errs) == 0 {
+			c.errs = append(c.errs, decodeError(path, err))
+		}
+		return nil, c.sorted()
+	}
+	cfg := c.convert(&raw)
+	if len(c.errs) > 0 {
+		return nil, c.sorted()
+	}
+	cfg.Path = path
+	return cfg, nil
+}
+
+// sorted returns the errors in file order, those of unknown line last.
+func (c *converter) sorted() Errors {
+	line := func(e *Error) int {
+		if e.Line == 0 {
+			return math.MaxInt
+		}
+		return e.Line
+	}
+	slices.SortStableFunc(c.errs, func(a, b *Error) int { return cmp.Compare(line(a), line(b)) })
+	return c.errs
+}
+
+// decodeError turns an error of the TOML library into an Error, keeping the
+// line the parser gives.
+func decodeError(path string, err error) *Error {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		return &Error{File: path, Line: pe.Position.Line, Msg: pe.Message}
+	}
+	return &Error{File: path, Msg: strings.TrimPrefix(err.Error(), "toml: ")}
+}
+
+// converter turns a rawFile into a Config, collecting every error.
+type converter struct {
+	file  string
+	lines lineIndex
+	errs  Errors
+
+	// What was converted so far, by name: for uniqueness and references.
+	checkByName   map[string]int
+	serviceByName map[string]int
+	endpointNames map[string]endpointRef
+}
+
+// add records an error at a field path, locating it in the file.
+func (c *converter) add(path, format string, args ...any) {
+	c.errs = append(c.errs, &Error{
+		File:  c.file,
+		Line:  c.lines.find(path),
+		Field: path,
+		Msg:   fmt.Sprintf(format, args...),
+	})
+}
+
+// joinPath appends key to a field path, quoting keys that are not bare TOML
+// keys so the path stays readable and unambiguous.
+func joinPath(path, key string) string {
+	if !isBareKey(key) {
+		key = strconv.Quote(key)
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func isBareKey(k string) bool {
+	if k == "" {
+		return false
+	}
+	for _, r := range k {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// show describes a decoded value for an error message: its TOML type, and
+// the value itself when it is short.
+func show(v any) string {
+	switch v := v.(type) {
+	case string:
+		return fmt.Sprintf("string %q", v)
+	case int64:
+		return fmt.Sprintf("integer %d", v)
+	case float64:
+		return "float " + formatFloat(v)
+	case bool:
+		return fmt.Sprintf("boolean %t", v)
+	case []any:
+		return "array"
+	case []map[string]any:
+		return "array of tables"
+	case map[string]any:
+		return "table"
+	}
+	return "date/time"
+}
+
+func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+func (c *converter) wrongType(path, want string, got any) {
+	c.add(path, "expected %s, got %s", want, show(got))
+}
+
+// required reports whether v was written, recording an error if not.
+func (c *converter) required(path string, v val) bool {
+	if !v.set {
+		c.add(path, "required")
+	}
+	return v.set
+}
+
+// text returns a string value; ok is false when absent or of another type.
+func (c *converter) text(path string, v val) (s string, ok bool) {
+	if !v.set {
+		return "", false
+	}
+	s, ok = v.v.(string)
+	if !ok {
+		c.wrongType(path, "a string", v.v)
+	}
+	return s, ok
+}
+
+// str returns a string value, or def when absent or wrong.
+func (c *converter) str(path string, v val, def string) string {
+	if s, ok := c.text(path, v); ok {
+		return s
+	}
+	return def
+}
+
+// integer returns an integer in [lo, hi], or def when absent or wrong.
+func (c *converter) integer(path string, v val, def, lo, hi int64) int64 {
+	if !v.set {
+		return def
+	}
+	n, ok := v.v.(int64)
+	if !ok {
+		c.wrongType(path, "an integer", v.v)
+		return def
+	}
+	if n < lo || n > hi {
+		c.add(path, "%d is outside [%d, %d]", n, lo, hi)
+		return def
+	}
+	return n
+}
+
+// boolean returns a boolean, or def when absent or wrong.
+func (c *converter) boolean(path string, v val, def bool) bool {
+	if !v.set {
+		return def
+	}
+	b, ok := v.v.(bool)
+	if !ok {
+		c.wrongType(path, "a boolean", v.v)
+		return def
+	}
+	return b
+}
+
+// ratio returns a number in [0.0, 1.0] (an integer is accepted), or def.
+func (c *converter) ratio(path string, v val, def float64) float64 {
+	if !v.set {
+		return def
+	}
+	var f float64
+	switch n := v.v.(type) {
+	case float64:
+		f = n
+	case int64:
+		f = float64(n)
+	default:
+		c.wrongType(path, "a number", v.v)
+		return def
+	}
+	if !(f >= 0 && f <= 1) { // also rejects NaN
+		c.add(path, "%s is outside [0.0, 1.0]", formatFloat(f))
+		return def
+	}
+	return f
+}
+
+// enum returns the index of a string value in names (matched exactly), or
+// def when absent or not one of them; def -1 lets a caller tell.
+func (c *converter) enum(path string, v val, names []string, def int) int {
+	if !v.set {
+		return def
+	}
+	s, ok := v.v.(string)
+	if !ok {
+		c.wrongType(path, "a string", v.v)
+		return def
+	}
+	for i, n := range names {
+		if s == n {
+			return i
+		}
+	}
+	c.add(path, "%q is not one of %s", s, strings.Join(names, ", "))
+	return def
+}
+
+// list returns an array value; ok is false when absent or not an array.
+func (c *converter) list(path string, v val) (elems []any, ok bool) {
+	if !v.set {
+		return nil, false
+	}
+	a, ok := v.v.([]any)
+	if !ok {
+		c.wrongType(path, "an array", v.v)
+	}
+	return a, ok
+}
+
+// name checks a name: required, and printable without blanks because names
+// appear in logs, metrics labels and command lines.
+func (c *converter) name(path string, v val) string {
+	if !c.required(path, v) {
+		return ""
+	}
+	s, ok := c.text(path, v)
+	if !ok {
+		return ""
+	}
+	if s == "" {
+		c.add(path, "must not be empty")
+		return ""
+	}
+	if !printable(s) {
+		c.add(path, "%q must not contain blanks or control characters", s)
+	}
+	return s
+}
+
+// printable reports whether s has no blanks and no control characters.
+func printable(s string) bool {
+	for _, r := range s {
+		if r <= ' ' || r == 0x7f || r == '\u00a0' || r == '\uFFFD' {
+			return false
+		}
+	}
+	return true
+}
+
+// seconds converts a count of seconds that callers have bounded far below
+// overflow.
+func seconds(n int64) time.Duration { return time.Duration(n) * time.Second }
