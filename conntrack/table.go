@@ -137,12 +137,13 @@ func New(capacity int) (*Table, error) {
 // newTable builds a table of n buckets (a power of two) with a zero seed;
 // tests use it directly for tiny tables.
 func newTable(n int) *Table {
-	return &Table{
-		buckets: make([]bucket, n),
-		mask:    uint64(n - 1),
-		fpMask:  fpMaskAll,
-		stats:   make([]stripe, min(n, statStripes)),
+	t := &Table{
+		mask:   uint64(n - 1),
+		fpMask: fpMaskAll,
+		stats:  make([]stripe, min(n, statStripes)),
 	}
+	t.buckets = allocBuckets(t, n)
+	return t
 }
 
 // Capacity returns the number of entries the table holds when every bucket
