@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"xlb/config"
+	"xlb/controlplane"
 	"xlb/controlplane/explain"
 	"xlb/controlplane/sim"
 	"xlb/dataplane/craft"
@@ -61,6 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
 			return 0
 		}
 		fmt.Fprintln(stderr, err)
@@ -96,6 +98,9 @@ func cmdCheck(args []string, stdout io.Writer) error {
 	}
 	if *path == "" {
 		return fmt.Errorf("xlb check: -c FILE is required (%w)", errUsage)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("xlb check: unexpected argument %q (%w)", fs.Arg(0), errUsage)
 	}
 	cfg, err := config.Load(*path)
 	if err != nil {
@@ -161,6 +166,11 @@ func cmdExplain(args []string, stdout io.Writer) error {
 	if *path == "" || *src == "" || *dst == "" {
 		return fmt.Errorf("xlb explain: -c, --src and --dst are required (%w)", errUsage)
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("xlb explain: unexpected argument %q (%w)", fs.Arg(0), errUsage)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	cfg, err := config.Load(*path)
 	if err != nil {
 		return err
@@ -173,15 +183,28 @@ func cmdExplain(args []string, stdout io.Writer) error {
 	if p.Dst, err = netip.ParseAddr(*dst); err != nil {
 		return fmt.Errorf("xlb explain: --dst: %v (%w)", err, errUsage)
 	}
+	p.Src, p.Dst = p.Src.Unmap(), p.Dst.Unmap() // as xlb sim reads addresses
 	if p.Proto, err = craft.ParseProto(*proto); err != nil {
 		return fmt.Errorf("xlb explain: --%v (%w)", err, errUsage)
 	}
 	if *sport > 65535 || *dport > 65535 {
 		return fmt.Errorf("xlb explain: ports are 0..65535 (%w)", errUsage)
 	}
+	if strings.Trim(strings.ToUpper(*flags), "SAFRP") != "" {
+		return fmt.Errorf("xlb explain: --flags %q: want any of S A F R P (%w)", *flags, errUsage)
+	}
 	p.SrcPort, p.DstPort, p.Flags = uint16(*sport), uint16(*dport), strings.ToUpper(*flags)
 	if p.Frag, err = craft.ParseFrag(*frag); err != nil {
 		return fmt.Errorf("xlb explain: --%v (%w)", err, errUsage)
+	}
+	if (set["inner-sport"] || set["inner-dport"]) && *innerProto == "" {
+		return fmt.Errorf("xlb explain: --inner-sport and --inner-dport need --inner-proto (%w)", errUsage)
+	}
+	if *innerProto != "" && p.Proto != craft.ICMP && p.Proto != craft.ICMPv6 {
+		return fmt.Errorf("xlb explain: --inner-proto describes the quote of an ICMP error: it needs --proto icmp or icmpv6 (%w)", errUsage)
+	}
+	if *innerSport > 65535 || *innerDport > 65535 || *icmpType > 255 || *icmpCode > 255 {
+		return fmt.Errorf("xlb explain: ports are 0..65535, ICMP type and code 0..255 (%w)", errUsage)
 	}
 	if p.Proto == craft.ICMP || p.Proto == craft.ICMPv6 {
 		if *innerProto != "" {
@@ -204,22 +227,36 @@ func cmdExplain(args []string, stdout io.Writer) error {
 		if *icmpType >= 0 {
 			p.ICMPType, p.ICMPCode = uint8(*icmpType), uint8(*icmpCode)
 		}
+		if set["icmp-code"] {
+			p.ICMPCode = uint8(*icmpCode)
+		}
+	}
+	// A description that does not make a frame (icmp over IPv6, mixed
+	// families...) is the caller's wording too.
+	if _, err := craft.Build(p); err != nil {
+		return fmt.Errorf("xlb explain: %v (%w)", err, errUsage)
 	}
 	if *unhealthy != "" {
-		req.Unhealthy = strings.Split(*unhealthy, ",")
+		for _, n := range strings.Split(*unhealthy, ",") {
+			req.Unhealthy = append(req.Unhealthy, strings.TrimSpace(n))
+		}
 	}
 	if *weights != "" {
 		req.Weights = map[string]uint32{}
 		for _, kv := range strings.Split(*weights, ",") {
 			k, v, ok := strings.Cut(kv, "=")
-			w, err := strconv.ParseUint(v, 10, 32)
+			w, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
 			if !ok || err != nil || w > 1000 {
 				return fmt.Errorf("xlb explain: --weights %q: want name=0..1000 (%w)", kv, errUsage)
 			}
-			req.Weights[k] = uint32(w)
+			req.Weights[strings.TrimSpace(k)] = uint32(w)
 		}
 	}
 	rep, err := explain.Explain(cfg, &req)
+	if errors.Is(err, controlplane.ErrUnknownBackend) {
+		// --unhealthy or --weights names a backend the file does not have.
+		return fmt.Errorf("xlb explain: %v (%w)", err, errUsage)
+	}
 	if err != nil {
 		return fmt.Errorf("xlb explain: %w", err)
 	}

@@ -222,10 +222,17 @@ func report(snap *dataplane.Snapshot, p *craft.Packet, d *dataplane.Decision) *R
 		r.Step1 = "CT1: SYN with PER_CONNECTION is always a new connection"
 	case fl.SYN && (svc.Affinity == config.AffinityNone || svc.Affinity == config.AffinityClientIPPortProto):
 		r.Step1 = "CT2: SYN with PER_SESSION and a 5-tuple affinity is a new connection"
+	case fl.SYN:
+		r.Step1 = "CT2: SYN with PER_SESSION and " + svc.Affinity.String() + " affinity is looked up like any other packet (CT4); no entry for the tracking key; new connection (R1 records it)"
 	default:
 		r.Step1 = "CT4: no entry for the tracking key; new connection (R1 records it)"
 	}
-	r.Side = svc.Side.String()
+	if len(svc.Eligible) > 0 {
+		// E5: the side is its members' role. An empty set has none (the
+		// control plane keeps the previous side for M4, which depends on
+		// the order the assumed states were applied in).
+		r.Side = svc.Side.String()
+	}
 	r.EligibleWhy = svc.EligibleWhy
 	elig := map[dataplane.BackendRef]bool{}
 	for _, ref := range svc.Eligible {
@@ -289,7 +296,11 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	line("step 1", r.Step1)
 	if r.EligibleWhy != "" {
-		line("eligible set", fmt.Sprintf("%s side: %s", r.Side, strings.Join(r.Eligible, ", ")))
+		if len(r.Eligible) == 0 {
+			line("eligible set", "empty")
+		} else {
+			line("eligible set", fmt.Sprintf("%s side: %s", r.Side, strings.Join(r.Eligible, ", ")))
+		}
 		line("  because", r.EligibleWhy)
 		for _, m := range r.Members {
 			role := "primary"
@@ -310,7 +321,7 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.MaglevSlot != nil {
 		line("maglev", fmt.Sprintf("slot %d of %d -> %s", *r.MaglevSlot, r.MaglevSize, r.Backend))
 	}
-	line("verdict", r.Verdict+" "+r.Reason)
+	line("verdict", strings.TrimSpace(r.Verdict+" "+r.Reason))
 	line("why", r.Why)
 }
 
