@@ -143,6 +143,9 @@ func (c *ControlPlane) Apply(cfg *config.Config, now int64) (Diff, error) {
 			return d, fmt.Errorf("backend_service %q: %w", s.Name, err)
 		}
 	}
+	// Let finished drains go first, so a backend re-added after its drain
+	// ended starts afresh instead of reviving entries M5 removed.
+	c.reap(now)
 
 	seen := map[string]bool{}
 	newOrder := make([]string, 0, len(cfg.Services))
@@ -309,8 +312,16 @@ func (c *ControlPlane) Drain(name string, now int64) error {
 // Undrain returns an operator-drained backend to service.
 func (c *ControlPlane) Undrain(name string, now int64) error {
 	return c.update(name, now, func(b *backendState) {
-		if b.drained {
-			b.removed, b.drained = false, false
+		if !b.drained {
+			return
+		}
+		b.removed, b.drained = false, false
+		if now >= b.drainUntil {
+			// Its entries were removed when draining ended (M5); a new
+			// generation keeps them from coming back to life.
+			slot := b.ref.Slot()
+			c.gens[slot] = (c.gens[slot] + 1) & dataplane.MaxGeneration
+			b.ref = dataplane.MakeRef(slot, c.gens[slot])
 		}
 	})
 }
