@@ -86,9 +86,16 @@ func mix(a, b uint64) uint64 {
 }
 
 // hash mixes the key words with the per-table secret seed. Two independent
-// multiplies, then one to combine them.
+// multiplies, then one to combine them, then a finalizer: keys that differ
+// only in a few bits of w[4] (ports, service) change the folded product
+// a*b only a little in its low bits, and for about 1 % of seeds dozens of
+// such keys would share a bucket (and evict each other in an empty table);
+// the finalizer spreads every bit over the low bits the bucket index uses.
 func hash(w *keyWords, s *[6]uint64) uint64 {
 	a := mix(w[0]^s[0], w[1]^s[1])
 	b := mix(w[2]^s[2], w[3]^s[3])
-	return mix(a^w[4]^s[4], b^s[5])
+	h := mix(a^w[4]^s[4], b^s[5])
+	h ^= h >> 32
+	h *= 0x9e3779b97f4a7c15
+	return h ^ h>>29
 }

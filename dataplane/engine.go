@@ -165,14 +165,14 @@ func (w *Worker) decideOnly(f *Frame, snap *Snapshot, now int64, d *Decision) {
 	if err := packet.Parse(f.Data(), p); err != nil {
 		// Malformed VIP traffic is ours to count and drop; anything else
 		// (or a frame too broken to tell) stays with the kernel.
-		if p.DstValid && snap.LookupVIP(&p.Dst) != nil {
+		if p.DstValid && lookupVIP(snap, &p.Dst, p.IPVersion) != nil {
 			d.Verdict, d.Reason = VerdictDrop, ReasonMalformed
 			return
 		}
 		d.Verdict = VerdictPass
 		return
 	}
-	vr := snap.LookupVIP(&p.Dst)
+	vr := lookupVIP(snap, &p.Dst, p.IPVersion)
 	if vr == nil { // FR1
 		d.Verdict = VerdictPass
 		return
@@ -193,7 +193,7 @@ func (w *Worker) decideOnly(f *Frame, snap *Snapshot, now int64, d *Decision) {
 		fl.PortInfo = in.HasPorts
 		fl.V6 = in.IPVersion == 6
 		d.ICMPSteered = true
-		if rv := snap.LookupVIP(&fl.Dst); rv != nil {
+		if rv := lookupVIP(snap, &fl.Dst, in.IPVersion); rv != nil {
 			vr = rv
 		}
 	} else {
@@ -288,6 +288,18 @@ func (w *Worker) decideOnly(f *Frame, snap *Snapshot, now int64, d *Decision) {
 		r := ct.Upsert(&d.TrackKey, conntrack.Value{Backend: uint32(ref), Side: uint8(svc.Side), IdleSec: svc.IdleSec}, now)
 		d.Evicted = r == conntrack.Evicted
 	}
+}
+
+// lookupVIP is Snapshot.LookupVIP for a packet of IP version v: an IPv6
+// packet to ::ffff:a.b.c.d has the IPv4 VIP a.b.c.d's 16-byte form but is not
+// addressed to it (FR1), and must not reach its rules (nor pass its IPv4
+// source_ip_ranges with a mapped source, FR6).
+func lookupVIP(snap *Snapshot, dst *[16]byte, v uint8) *VIPRules {
+	vr := snap.LookupVIP(dst)
+	if vr == nil || vr.VIP.Is4() != (v == 4) {
+		return nil
+	}
+	return vr
 }
 
 // isNDP reports router/neighbour solicitation/advertisement and redirect.

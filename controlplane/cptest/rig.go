@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"xlb/config"
+	"xlb/conntrack"
 	"xlb/controlplane"
 	"xlb/controlplane/sim"
 	"xlb/dataplane"
@@ -88,6 +89,9 @@ func (r *Rig) SendFrame(frame []byte) *Result {
 	}
 	return res
 }
+
+// Conntrack is the engine's tracking table (to count or look up entries).
+func (r *Rig) Conntrack() *conntrack.Table { return r.M.Engine().Conntrack() }
 
 // Health sets a backend's health now.
 func (r *Rig) Health(name string, healthy bool) {

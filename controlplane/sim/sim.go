@@ -91,6 +91,9 @@ func (m *Machine) ControlPlane() *controlplane.ControlPlane { return m.cp }
 // Worker returns the simulation's worker.
 func (m *Machine) Worker() *dataplane.Worker { return m.worker }
 
+// Engine returns the simulation's engine (its conntrack table, for tests).
+func (m *Machine) Engine() *dataplane.Engine { return m.engine }
+
 // Millis converts scenario seconds to the engine's millisecond clock.
 func Millis(t float64) int64 { return int64(math.Round(t * 1000)) }
 

@@ -311,7 +311,10 @@ func buildL4(p *Packet) ([]byte, error) {
 	}
 	out := buf.Bytes()
 	if p.Frag != FragNone && len(out) < fragFirst+fragMiddle+8 {
-		return nil, errors.New("datagram too short to fragment")
+		// Only protocols with a short header get here (GRE, numbered
+		// protocols), and none of them has a checksum: pad the payload so
+		// that every fragment has bytes.
+		out = append(out, make([]byte, fragFirst+fragMiddle+8-len(out))...)
 	}
 	return out, nil
 }
