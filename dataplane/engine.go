@@ -128,6 +128,7 @@ func (w *Worker) Process(frames []Frame, now int64) {
 	for i := range frames {
 		w.decide(&frames[i], snap, now, &w.d)
 	}
+	w.stats.flush()
 }
 
 // Decide decides a single frame and returns the full decision (sim,
@@ -136,6 +137,7 @@ func (w *Worker) Decide(f *Frame, now int64) Decision {
 	snap := w.e.snap.Load()
 	w.stats.ensure(snap)
 	w.decide(f, snap, now, &w.d)
+	w.stats.flush()
 	return w.d
 }
 

@@ -1,0 +1,111 @@
+package dataplane_test
+
+import (
+	"net/netip"
+	"testing"
+
+	"xlb/conntrack"
+	"xlb/dataplane"
+	"xlb/dataplane/craft"
+)
+
+// TestProcessDoesNotAllocate: Worker.Process allocates nothing per frame on
+// any path — every kind of traffic, forwarded, dropped or passed. Each case
+// first checks (with Decide) that its frame takes the path it names, so the
+// allocation count is measured where it claims to be.
+func TestProcessDoesNotAllocate(t *testing.T) {
+	eng, _ := benchEngine(t, conntrack.MinCapacity)
+	w := eng.NewWorker()
+	router4 := netip.MustParseAddr("192.0.2.99")
+	router6 := netip.MustParseAddr("2001:db8:e::99")
+	c4, c6 := netip.MustParseAddr("100.64.0.1"), netip.MustParseAddr("2001:db8:c::1")
+	tcp := func(src, dst netip.Addr, flags string) craft.Packet {
+		return craft.Packet{Src: src, Dst: dst, Proto: craft.TCP, SrcPort: 40000, DstPort: 80, Flags: flags}
+	}
+	// The VIP's reply to the client, as an ICMP error quotes it.
+	reply := func(vip, client netip.Addr) *craft.Packet {
+		return &craft.Packet{Src: vip, Dst: client, Proto: craft.TCP, SrcPort: 80, DstPort: 40000, Flags: "A"}
+	}
+	build := func(p craft.Packet) []byte {
+		t.Helper()
+		f, err := craft.Build(&p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	// Flows that the established cases, the encapsulation cases and the
+	// ICMP errors find in the table.
+	for _, vip := range []netip.Addr{benchVIPWeb4, benchVIPIPIP, benchVIPGUE4, benchVIPGUE6} {
+		allocDecide(t, w, build(tcp(c4, vip, "S")))
+	}
+	allocDecide(t, w, build(tcp(c6, benchVIPWeb6, "S")))
+
+	synFrame := build(tcp(c4, benchVIPWeb4, "S"))
+	arp := make([]byte, 42) // broadcast who-has, EtherType 0x0806
+	copy(arp, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02, 0, 0, 0, 0, 1, 0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1})
+	for _, tc := range []struct {
+		name    string
+		frame   []byte
+		verdict dataplane.Verdict
+		reason  dataplane.Reason
+		track   dataplane.Track
+		steered bool
+	}{
+		{"established TCP", build(tcp(c4, benchVIPWeb4, "A")), dataplane.VerdictForward, 0, dataplane.TrackHit, false},
+		{"SYN", synFrame, dataplane.VerdictForward, 0, dataplane.TrackNew, false},
+		{"untracked UDP", build(craft.Packet{Src: c4, Dst: benchVIPWeb4, Proto: craft.UDP, SrcPort: 5353, DstPort: 53}),
+			dataplane.VerdictForward, 0, dataplane.TrackUntracked, false},
+		{"IPv6 established TCP", build(tcp(c6, benchVIPWeb6, "A")), dataplane.VerdictForward, 0, dataplane.TrackHit, false},
+		{"ICMP error steering", build(craft.Packet{Src: router4, Dst: benchVIPWeb4, Proto: craft.ICMP, ICMPType: 3, ICMPCode: 4,
+			Inner: reply(benchVIPWeb4, c4)}), dataplane.VerdictForward, 0, dataplane.TrackHit, true},
+		{"ICMPv6 packet too big steering", build(craft.Packet{Src: router6, Dst: benchVIPWeb6, Proto: craft.ICMPv6, ICMPType: 2,
+			Inner: reply(benchVIPWeb6, c6)}), dataplane.VerdictForward, 0, dataplane.TrackHit, true},
+		{"IPIP encapsulation", build(tcp(c4, benchVIPIPIP, "A")), dataplane.VerdictForward, 0, dataplane.TrackHit, false},
+		{"GUE encapsulation", build(tcp(c4, benchVIPGUE4, "A")), dataplane.VerdictForward, 0, dataplane.TrackHit, false},
+		{"GUE encapsulation, IPv6 outer", build(tcp(c4, benchVIPGUE6, "A")), dataplane.VerdictForward, 0, dataplane.TrackHit, false},
+		{"L3_DEFAULT ESP", build(craft.Packet{Src: c4, Dst: benchVIPWeb4, Proto: craft.ESP}),
+			dataplane.VerdictForward, 0, dataplane.TrackNew, false},
+		{"malformed VIP frame", synFrame[:len(synFrame)-30], dataplane.VerdictDrop, dataplane.ReasonMalformed, 0, false},
+		{"no rule", build(craft.Packet{Src: c4, Dst: benchVIPIPIP, Proto: craft.TCP, SrcPort: 40000, DstPort: 81}),
+			dataplane.VerdictDrop, dataplane.ReasonNoRule, 0, false},
+		{"source not allowed", build(tcp(netip.MustParseAddr("198.18.0.1"), benchVIPAllow, "S")),
+			dataplane.VerdictDrop, dataplane.ReasonSourceNotAllowed, 0, false},
+		{"non-VIP pass", build(tcp(c4, benchNotVIP, "S")), dataplane.VerdictPass, 0, 0, false},
+		{"ARP pass", arp, dataplane.VerdictPass, 0, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := allocDecide(t, w, tc.frame)
+			if d.Verdict != tc.verdict || d.Reason != tc.reason {
+				t.Fatalf("decision %v %v, want %v %v", d.Verdict, d.Reason, tc.verdict, tc.reason)
+			}
+			if tc.verdict == dataplane.VerdictForward && (d.Track != tc.track || d.ICMPSteered != tc.steered) {
+				t.Fatalf("track %v steered %v, want %v %v", d.Track, d.ICMPSteered, tc.track, tc.steered)
+			}
+			buf := make([]byte, dataplane.Headroom+len(tc.frame)+dataplane.Headroom)
+			batch := make([]dataplane.Frame, 1)
+			now := benchClock()
+			allocs := testing.AllocsPerRun(200, func() {
+				// The rewrite works in place: start from the received frame.
+				copy(buf[dataplane.Headroom:], tc.frame)
+				batch[0] = dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(tc.frame)}
+				w.Process(batch, now)
+			})
+			if batch[0].Verdict != tc.verdict || batch[0].Reason != tc.reason {
+				t.Fatalf("Process: %v %v, want %v %v", batch[0].Verdict, batch[0].Reason, tc.verdict, tc.reason)
+			}
+			if allocs != 0 {
+				t.Errorf("%v allocations per Process", allocs)
+			}
+		})
+	}
+}
+
+// allocDecide runs one frame through w.Decide, as a NIC would hand it over.
+func allocDecide(tb testing.TB, w *dataplane.Worker, frame []byte) dataplane.Decision {
+	tb.Helper()
+	buf := make([]byte, dataplane.Headroom+len(frame)+dataplane.Headroom)
+	copy(buf[dataplane.Headroom:], frame)
+	f := dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(frame)}
+	return w.Decide(&f, benchClock())
+}

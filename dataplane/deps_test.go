@@ -1,0 +1,63 @@
+package dataplane_test
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestDeps_HotPathStaysSmall guards the layering: the per-packet packages
+// never depend on the control plane, logging, metrics or gopacket (craft,
+// which uses gopacket, is for tests and tools), and maglev and conntrack
+// depend on no package of this module at all. It reads the transitive,
+// non-test dependencies from `go list -deps`.
+func TestDeps_HotPathStaysSmall(t *testing.T) {
+	forbidden := []string{
+		"xlb/controlplane", // and its subpackages
+		"go.uber.org/zap",
+		"github.com/prometheus/",
+		"github.com/google/gopacket",
+	}
+	// The check sees what it looks for: craft does use gopacket.
+	if !slices.Contains(goListDeps(t, "xlb/dataplane/craft"), "github.com/google/gopacket") {
+		t.Fatal("go list -deps xlb/dataplane/craft does not show gopacket")
+	}
+	for _, pkg := range []string{"xlb/dataplane", "xlb/dataplane/packet"} {
+		for _, dep := range goListDeps(t, pkg) {
+			for _, f := range forbidden {
+				if dep == f || strings.HasPrefix(dep, strings.TrimSuffix(f, "/")+"/") {
+					t.Errorf("%s depends on %s", pkg, dep)
+				}
+			}
+		}
+	}
+	for _, pkg := range []string{"xlb/maglev", "xlb/conntrack"} {
+		for _, dep := range goListDeps(t, pkg) {
+			if dep != pkg && (dep == "xlb" || strings.HasPrefix(dep, "xlb/")) {
+				t.Errorf("%s depends on %s, a package of this module", pkg, dep)
+			}
+		}
+	}
+}
+
+// goListDeps returns the import paths pkg depends on, itself included.
+func goListDeps(tb testing.TB, pkg string) []string {
+	tb.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		tb.Skip("no go command in PATH")
+	}
+	out, err := exec.Command(gobin, "list", "-deps", "-f", "{{.ImportPath}}", pkg).Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			tb.Fatalf("go list -deps %s: %v\n%s", pkg, err, ee.Stderr)
+		}
+		tb.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) == 0 || deps[len(deps)-1] != pkg {
+		tb.Fatalf("go list -deps %s: unexpected output %q", pkg, out)
+	}
+	return deps
+}
