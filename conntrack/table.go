@@ -169,12 +169,55 @@ func wait(spin int) {
 	}
 }
 
+// Hint is where a key lives: its bucket and fingerprint, hashed once. A
+// worker computes the hints of a whole batch, touches their memory with
+// Prefetch (independent loads the CPU overlaps), then looks up with
+// LookupHint: a batch then pays about one memory latency instead of one per
+// packet.
+type Hint struct {
+	bi uint64
+	fp uint32
+}
+
+// Hint hashes k.
+func (t *Table) Hint(k *Key) Hint {
+	var w keyWords
+	bi, fp := t.locate(k, &w)
+	return Hint{bi: bi, fp: fp}
+}
+
+// Prefetch loads the bucket header line of h and returns a value only so
+// that the load cannot be dropped; callers sum and discard it.
+func (t *Table) Prefetch(h Hint) uint64 {
+	return t.buckets[h.bi].hdr[0].Load()
+}
+
+// PrefetchSlot loads the first and last words of the slot whose fingerprint
+// matches h (after Prefetch brought the header in), or nothing on a miss.
+func (t *Table) PrefetchSlot(h Hint) uint64 {
+	b := &t.buckets[h.bi]
+	for i := range slotsPerBucket {
+		if hdrFP(b.hdr[i].Load()) == h.fp {
+			// A 56-byte slot may straddle two lines: touch both ends.
+			return b.slots[i].key[0].Load() ^ b.slots[i].last.Load()
+		}
+	}
+	return 0
+}
+
 // Lookup finds k. Entries idle for IdleSec seconds or more (now - LastUse >=
 // IdleSec*1000) are expired and not returned (M1, lazy expiry). Lock-free;
 // no allocation.
 func (t *Table) Lookup(k *Key, now int64) (Entry, bool) {
+	return t.LookupHint(k, t.Hint(k), now)
+}
+
+// LookupHint is Lookup with k's hint already computed (h must be
+// t.Hint(k)).
+func (t *Table) LookupHint(k *Key, h Hint, now int64) (Entry, bool) {
 	var w keyWords
-	bi, fp := t.locate(k, &w)
+	w.from(k)
+	bi, fp := h.bi, h.fp
 	b := &t.buckets[bi]
 	for i := range slotsPerBucket {
 		for spin := 0; ; spin++ {
