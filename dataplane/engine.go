@@ -121,6 +121,7 @@ type Worker struct {
 	hints [batchMax]conntrack.Hint
 	one   [1]Frame
 	sink  uint64 // keeps prefetch loads alive
+	ipid  uint16 // outer IPv4 identification of encapsulated frames
 }
 
 // NewWorker returns a worker of e.
@@ -512,7 +513,9 @@ func (w *Worker) rewrite(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision
 		GUE:      svc.Method == config.ForwardGUE,
 		GUEPort:  svc.GUEPort,
 		FlowHash: uint32(d.SelHash),
+		IPID:     w.ipid,
 	}
+	w.ipid++
 	switch {
 	case b.V6 && snap.Local.HasSrcV6:
 		enc.OuterSrc = snap.Local.EncapSrcV6

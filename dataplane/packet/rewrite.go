@@ -31,6 +31,10 @@ type Encap struct {
 	GUE                bool   // GUE over UDP instead of plain IPIP / IPv6-in-IP
 	GUEPort            uint16 // outer UDP destination port (the receiver's `ip fou add port N gue`)
 	FlowHash           uint32 // entropy: outer UDP source port (GUE) and IPv6 flow label
+	// IPID is the outer IPv4 identification. It matters only when the outer
+	// header may be fragmented (inner IPv4 without DF): the caller gives a
+	// per-sender counter so reassembly never mixes datagrams (RFC 6864).
+	IPID uint16
 }
 
 // Overhead returns how many bytes Encapsulate adds in front of the inner IP
@@ -127,7 +131,7 @@ func Encapsulate(buf []byte, off int, p *Parsed, e *Encap, maxLen int) (newOff, 
 		ip[0] = 0x45
 		ip[1] = tos
 		binary.BigEndian.PutUint16(ip[2:], uint16(ipLen+outerPayload))
-		binary.BigEndian.PutUint16(ip[4:], 0) // ID: see DF
+		binary.BigEndian.PutUint16(ip[4:], e.IPID)
 		// DF whenever the sender asked for it (or is IPv6, which never lets
 		// routers fragment): PMTU discovery then reaches the client.
 		var fl uint16
