@@ -89,6 +89,8 @@ func TestM1_IdleTimeoutAtTheBoundary(t *testing.T) {
 	})
 }
 
+// M2: a FIN or RST does not remove the entry; later packets still hit it,
+// and only a later SYN starts over (CT1).
 func TestM2_FinAndRstKeepTheEntry(t *testing.T) {
 	r := svc{groups: primaries("b1", "b2", "b3")}.rig(t)
 	conn := findClient(r, 2, "b2")
