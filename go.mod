@@ -4,8 +4,12 @@ go 1.26.8
 
 require (
 	github.com/BurntSushi/toml v1.6.0 // indirect
+	github.com/asavie/xdp v0.3.3 // indirect
+	github.com/cilium/ebpf v0.22.0 // indirect
 	github.com/google/gopacket v1.1.19 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/vishvananda/netlink v1.3.1 // indirect
+	github.com/vishvananda/netns v0.0.5 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
 	go.uber.org/zap v1.28.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
