@@ -1,0 +1,200 @@
+package admin
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"xlb/dataplane"
+)
+
+// The exported metrics; METRICS.md documents each (keep the two in step: a
+// test compares them).
+var (
+	queueLabels   = []string{"queue"}
+	serviceLabels = []string{"service"}
+	backendLabels = []string{"service", "backend", "ip"}
+
+	descQueueRX = prometheus.NewDesc("xlb_queue_rx_packets_total",
+		"Frames a worker of this rx queue decided: tx + pass + drops.", queueLabels, nil)
+	descQueueTX = prometheus.NewDesc("xlb_queue_tx_packets_total",
+		"Frames forwarded to a backend (rewritten and put on the TX ring).", queueLabels, nil)
+	descQueuePass = prometheus.NewDesc("xlb_queue_pass_packets_total",
+		"Frames that were not VIP traffic, left to the host kernel.", queueLabels, nil)
+	descQueueDrops = prometheus.NewDesc("xlb_queue_drop_packets_total",
+		"Frames dropped, by reason.", []string{"queue", "reason"}, nil)
+	descQueueEvictions = prometheus.NewDesc("xlb_queue_conntrack_evictions_total",
+		"Live tracking entries displaced by this queue's new flows because their bucket was full.", queueLabels, nil)
+
+	descCTEntries = prometheus.NewDesc("xlb_conntrack_entries",
+		"Entries stored in the tracking table (live, or expired and not yet reclaimed).", nil, nil)
+	descCTCapacity = prometheus.NewDesc("xlb_conntrack_capacity",
+		"Entries the tracking table can hold.", nil, nil)
+	descCTInserts = prometheus.NewDesc("xlb_conntrack_inserts_total",
+		"New keys stored in the tracking table.", nil, nil)
+	descCTUpdates = prometheus.NewDesc("xlb_conntrack_updates_total",
+		"Live tracking entries overwritten in place.", nil, nil)
+	descCTEvictions = prometheus.NewDesc("xlb_conntrack_evictions_total",
+		"Live tracking entries displaced because their bucket was full.", nil, nil)
+	descCTReclaimed = prometheus.NewDesc("xlb_conntrack_reclaimed_total",
+		"Expired tracking entries whose slot was reused.", nil, nil)
+	descCTDeletes = prometheus.NewDesc("xlb_conntrack_deletes_total",
+		"Tracking entries removed.", nil, nil)
+
+	descGeneration = prometheus.NewDesc("xlb_snapshot_generation",
+		"Generation of the published snapshot; it grows with every change of configuration, health, weight or drain.", nil, nil)
+
+	descSvcPackets = prometheus.NewDesc("xlb_service_forwarded_packets_total",
+		"Frames forwarded to the service's backends.", serviceLabels, nil)
+	descSvcBytes = prometheus.NewDesc("xlb_service_forwarded_bytes_total",
+		"Bytes of the frames forwarded to the service's backends, as sent (encapsulation included).", serviceLabels, nil)
+	descSvcNew = prometheus.NewDesc("xlb_service_new_connections_total",
+		"Forwarded frames that created or replaced a tracking entry.", serviceLabels, nil)
+	descSvcDrops = prometheus.NewDesc("xlb_service_drop_packets_total",
+		"Frames for the service dropped, by reason.", []string{"service", "reason"}, nil)
+	descSvcSide = prometheus.NewDesc("xlb_service_side",
+		"Side of the eligible set: 0 primary, 1 failover.", serviceLabels, nil)
+	descSvcEligible = prometheus.NewDesc("xlb_service_eligible_backends",
+		"Backends in the eligible set.", serviceLabels, nil)
+	descSvcBackends = prometheus.NewDesc("xlb_service_backends",
+		"Current (not removed) backends of the service.", serviceLabels, nil)
+
+	descBePackets = prometheus.NewDesc("xlb_backend_forwarded_packets_total",
+		"Frames forwarded to the backend.", backendLabels, nil)
+	descBeBytes = prometheus.NewDesc("xlb_backend_forwarded_bytes_total",
+		"Bytes of the frames forwarded to the backend, as sent (encapsulation included).", backendLabels, nil)
+	descBeNew = prometheus.NewDesc("xlb_backend_new_connections_total",
+		"Forwarded frames to the backend that created or replaced a tracking entry.", backendLabels, nil)
+	descBeHealthy = prometheus.NewDesc("xlb_backend_healthy",
+		"1 when the backend passes its health check.", backendLabels, nil)
+	descBeWeight = prometheus.NewDesc("xlb_backend_weight",
+		"Weight the backend is selected with.", backendLabels, nil)
+	descBeEligible = prometheus.NewDesc("xlb_backend_eligible",
+		"1 when the backend is in its service's eligible set.", backendLabels, nil)
+	descBeReady = prometheus.NewDesc("xlb_backend_ready",
+		"1 when the backend's next-hop MAC is known; frames are never sent to a backend that is not ready.", backendLabels, nil)
+	descBeRemoved = prometheus.NewDesc("xlb_backend_removed",
+		"1 when the backend left the configuration or was drained by an operator; it is never selected again.", backendLabels, nil)
+	descBeDraining = prometheus.NewDesc("xlb_backend_draining",
+		"1 while a removed backend's existing flows still reach it.", backendLabels, nil)
+
+	allDescs = []*prometheus.Desc{
+		descQueueRX, descQueueTX, descQueuePass, descQueueDrops, descQueueEvictions,
+		descCTEntries, descCTCapacity, descCTInserts, descCTUpdates, descCTEvictions, descCTReclaimed, descCTDeletes,
+		descGeneration,
+		descSvcPackets, descSvcBytes, descSvcNew, descSvcDrops, descSvcSide, descSvcEligible, descSvcBackends,
+		descBePackets, descBeBytes, descBeNew, descBeHealthy, descBeWeight, descBeEligible, descBeReady,
+		descBeRemoved, descBeDraining,
+	}
+)
+
+// Collector exports the sources as Prometheus metrics, read when scraped.
+type Collector struct {
+	src Sources
+}
+
+// NewCollector returns a collector of src.
+func NewCollector(src Sources) *Collector { return &Collector{src: src} }
+
+// Describe sends every metric's description.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range allDescs {
+		ch <- d
+	}
+}
+
+// Collect reads the sources once (Gather) and sends every metric.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	r := Gather(c.src)
+	send := func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels []string) {
+		m, err := prometheus.NewConstMetric(d, t, v, labels...)
+		if err != nil {
+			// A label value that is not UTF-8: the handler logs it and
+			// serves the other metrics (no panic on what a config holds).
+			m = prometheus.NewInvalidMetric(d, err)
+		}
+		ch <- m
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		send(d, prometheus.CounterValue, float64(v), labels)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		send(d, prometheus.GaugeValue, v, labels)
+	}
+	// Every reason is exported, zeros too, so a series exists before its
+	// first drop and rate() sees that first drop.
+	drops := func(d *prometheus.Desc, ds *Drops, label string) {
+		for _, reason := range reasons() {
+			counter(d, ds[reason], label, reason.String())
+		}
+	}
+
+	for i := range r.Queues {
+		q := &r.Queues[i]
+		l := strconv.Itoa(q.Queue)
+		counter(descQueueRX, q.RX, l)
+		counter(descQueueTX, q.TX, l)
+		counter(descQueuePass, q.Pass, l)
+		counter(descQueueEvictions, q.Evictions, l)
+		drops(descQueueDrops, &q.Drops, l)
+	}
+	if ct := r.Conntrack; ct != nil {
+		gauge(descCTEntries, float64(ct.Entries))
+		gauge(descCTCapacity, float64(ct.Capacity))
+		counter(descCTInserts, ct.Inserts)
+		counter(descCTUpdates, ct.Updates)
+		counter(descCTEvictions, ct.Evictions)
+		counter(descCTReclaimed, ct.Reclaimed)
+		counter(descCTDeletes, ct.Deletes)
+	}
+	gauge(descGeneration, float64(r.Generation))
+
+	// A label set must appear once per metric or the whole scrape fails;
+	// two backends could only share one (service, name, ip) across a
+	// service removal and re-creation, so the first one wins.
+	seen := map[[3]string]bool{}
+	backend := func(service string, b *BackendReport) {
+		key := [3]string{service, b.Name, b.IP}
+		if seen[key] {
+			return
+		}
+		seen[key] = true
+		l := key[:]
+		counter(descBePackets, b.ForwardedPackets, l...)
+		counter(descBeBytes, b.ForwardedBytes, l...)
+		counter(descBeNew, b.NewConnections, l...)
+		gauge(descBeHealthy, b01(b.Healthy), l...)
+		gauge(descBeWeight, float64(b.Weight), l...)
+		gauge(descBeEligible, b01(b.Eligible), l...)
+		gauge(descBeReady, b01(b.Ready), l...)
+		gauge(descBeRemoved, b01(b.Removed), l...)
+		gauge(descBeDraining, b01(b.Draining), l...)
+	}
+	for i := range r.Services {
+		s := &r.Services[i]
+		counter(descSvcPackets, s.ForwardedPackets, s.Name)
+		counter(descSvcBytes, s.ForwardedBytes, s.Name)
+		counter(descSvcNew, s.NewConnections, s.Name)
+		drops(descSvcDrops, &s.Drops, s.Name)
+		gauge(descSvcSide, b01(s.Side == dataplane.SideFailover.String()), s.Name)
+		gauge(descSvcEligible, float64(len(s.Eligible)), s.Name)
+		current := 0
+		for j := range s.Backends {
+			if !s.Backends[j].Removed {
+				current++
+			}
+			backend(s.Name, &s.Backends[j])
+		}
+		gauge(descSvcBackends, float64(current), s.Name)
+	}
+	for i := range r.Orphans {
+		backend("", &r.Orphans[i])
+	}
+}
+
+func b01(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

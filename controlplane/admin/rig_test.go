@@ -1,0 +1,261 @@
+package admin_test
+
+// Shared helpers: a real control plane and engine (cptest.Rig) behind the
+// Sources interface, frames sent through real workers, and a server on a
+// loopback port with its endpoints read over HTTP.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.uber.org/zap"
+
+	"xlb/conntrack"
+	"xlb/controlplane/admin"
+	"xlb/controlplane/cptest"
+	"xlb/dataplane"
+	"xlb/dataplane/craft"
+)
+
+// VIP carries two rules: web (TCP 80, two primaries and a failover backend,
+// 30 s of draining) and dns (UDP 53, one unnamed backend).
+const (
+	vip     = "203.0.113.10"
+	rigToml = `
+[[health_check]]
+name = "hc"
+type = "HTTP"
+
+[[backend_service]]
+name = "web"
+protocol = "TCP"
+health_checks = ["hc"]
+connection_draining_timeout_sec = 30
+
+  [[backend_service.backend]]
+  group = "pool-a"
+  endpoints = [ { name = "b1", ip = "10.0.1.1" }, { name = "b2", ip = "10.0.1.2" } ]
+
+  [[backend_service.backend]]
+  group = "spare"
+  failover = true
+  endpoints = [ { name = "f1", ip = "10.0.3.1" } ]
+
+[[backend_service]]
+name = "dns"
+protocol = "UDP"
+health_checks = ["hc"]
+
+  [[backend_service.backend]]
+  group = "pool-d"
+  endpoints = [ { ip = "10.0.4.1" } ]
+
+[[forwarding_rule]]
+name = "web-tcp"
+ip_address = "203.0.113.10"
+ip_protocol = "TCP"
+ports = ["80"]
+backend_service = "web"
+
+[[forwarding_rule]]
+name = "dns-udp"
+ip_address = "203.0.113.10"
+ip_protocol = "UDP"
+ports = ["53"]
+backend_service = "dns"
+`
+)
+
+// rigSources reads a cptest rig: its control plane, its conntrack table
+// and the workers the test registered, on the rig's virtual clock.
+type rigSources struct {
+	rig     *cptest.Rig
+	workers []admin.QueueStats
+	info    map[string]any
+}
+
+func (s *rigSources) Snapshot() *dataplane.Snapshot { return s.rig.CP.Snapshot() }
+func (s *rigSources) Workers() []admin.QueueStats   { return s.workers }
+func (s *rigSources) Conntrack() *conntrack.Table   { return s.rig.Conntrack() }
+func (s *rigSources) Now() int64                    { return s.rig.Now }
+func (s *rigSources) Info() map[string]any          { return s.info }
+
+// newRig starts the rig with its own worker on queue 0.
+func newRig(t *testing.T) (*cptest.Rig, *rigSources) {
+	t.Helper()
+	r := cptest.New(t, rigToml)
+	return r, &rigSources{rig: r, workers: []admin.QueueStats{{Queue: 0, Stats: r.W.Stats()}},
+		info: map[string]any{"interface": "xa0", "xdp_mode": "native", "bind_mode": "copy"}}
+}
+
+// fakeSources is a fixed set of sources (nil snapshot and table allowed).
+type fakeSources struct {
+	snap    *dataplane.Snapshot
+	workers []admin.QueueStats
+	ct      *conntrack.Table
+	info    map[string]any
+}
+
+func (s *fakeSources) Snapshot() *dataplane.Snapshot { return s.snap }
+func (s *fakeSources) Workers() []admin.QueueStats   { return s.workers }
+func (s *fakeSources) Conntrack() *conntrack.Table   { return s.ct }
+func (s *fakeSources) Now() int64                    { return 0 }
+func (s *fakeSources) Info() map[string]any          { return s.info }
+
+// frame builds p into a Frame with headroom.
+func frame(t testing.TB, p craft.Packet) dataplane.Frame {
+	t.Helper()
+	b, err := craft.Build(&p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, dataplane.Headroom+len(b)+dataplane.Headroom)
+	copy(buf[dataplane.Headroom:], b)
+	return dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(b)}
+}
+
+// sent is what the test expects the counters to say, tallied from the
+// verdicts the engine gave.
+type sent struct {
+	forward, pass int
+	drops         map[string]int
+	backend       map[string]int // forwarded frames by backend name
+	bytes         map[string]int // forwarded bytes by backend name
+}
+
+// process sends packets through w as one batch (as an AF_XDP worker does)
+// and tallies the verdicts into tally.
+func process(t *testing.T, r *cptest.Rig, w *dataplane.Worker, tally *sent, ps ...craft.Packet) {
+	t.Helper()
+	fs := make([]dataplane.Frame, len(ps))
+	for i, p := range ps {
+		fs[i] = frame(t, p)
+	}
+	w.Process(fs, r.Now)
+	snap := r.CP.Snapshot()
+	if tally.drops == nil {
+		tally.drops, tally.backend, tally.bytes = map[string]int{}, map[string]int{}, map[string]int{}
+	}
+	for _, f := range fs {
+		switch f.Verdict {
+		case dataplane.VerdictPass:
+			tally.pass++
+		case dataplane.VerdictDrop:
+			tally.drops[f.Reason.String()]++
+		case dataplane.VerdictForward:
+			tally.forward++
+			b := snap.Backend(f.Backend)
+			if b == nil {
+				t.Fatalf("forwarded to unknown backend ref %d", f.Backend)
+			}
+			n := b.Name
+			if n == "" {
+				n = b.IP.String()
+			}
+			tally.backend[n]++
+			tally.bytes[n] += f.Len
+		}
+	}
+}
+
+// startServer starts a server on a loopback port and returns its base URL.
+func startServer(t *testing.T, src admin.Sources) string {
+	t.Helper()
+	s, err := admin.New("127.0.0.1:0", src, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return "http://" + s.Addr().String()
+}
+
+// get fetches url and fails the test unless the status is want.
+func get(t *testing.T, url string, want int) []byte {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != want {
+		t.Fatalf("GET %s: %d %s, want %d", url, resp.StatusCode, body, want)
+	}
+	return body
+}
+
+// scrape reads /metrics in the text format into samples keyed
+// `name{label="value",...}` (labels sorted), and the families.
+func scrape(t *testing.T, base string) (map[string]float64, map[string]*dto.MetricFamily) {
+	t.Helper()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(string(get(t, base+"/metrics", 200))))
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v", err)
+	}
+	samples := map[string]float64{}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			var v float64
+			switch {
+			case m.Counter != nil:
+				v = m.Counter.GetValue()
+			case m.Gauge != nil:
+				v = m.Gauge.GetValue()
+			case m.Untyped != nil:
+				v = m.Untyped.GetValue()
+			default:
+				continue // summaries and histograms of the Go collector
+			}
+			samples[key(name, m.GetLabel())] = v
+		}
+	}
+	return samples, fams
+}
+
+func key(name string, labels []*dto.LabelPair) string {
+	ls := make([]string, 0, len(labels))
+	for _, l := range labels {
+		ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+	}
+	slices.Sort(ls)
+	return name + "{" + strings.Join(ls, ",") + "}"
+}
+
+// status fetches /status into a Report and into a generic map (to check
+// the JSON field names themselves).
+func status(t *testing.T, base string) (*admin.Report, map[string]any) {
+	t.Helper()
+	body := get(t, base+"/status", 200)
+	var r admin.Report
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatalf("/status: %v\n%s", err, body)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatal(err)
+	}
+	return &r, m
+}
