@@ -1,0 +1,47 @@
+package xdpprog
+
+import "fmt"
+
+// Stats are the program's verdict counters, summed over CPUs since Load.
+// Every frame the program sees is counted in exactly one of them.
+type Stats struct {
+	Redirected     uint64 // VIP frames handed to the rx queue's AF_XDP socket
+	PassedNoSocket uint64 // VIP frames passed because the queue has no socket
+	PassedNotVIP   uint64 // frames not to a VIP, or not IP: the host's
+	PassedNDP      uint64 // IPv6 neighbour discovery to a VIP
+	// PassedShort counts frames passed because a header was truncated or
+	// malformed, or the IPv6 extension header chain was longer than
+	// MaxExtHeaders.
+	PassedShort uint64
+}
+
+// Total is the number of frames counted.
+func (s Stats) Total() uint64 {
+	return s.Redirected + s.PassedNoSocket + s.PassedNotVIP + s.PassedNDP + s.PassedShort
+}
+
+// Stats reads and sums the per-CPU counters.
+func (o *Objects) Stats() (Stats, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.Counters == nil {
+		return Stats{}, ErrClosed
+	}
+	var sums [numStats]uint64
+	var perCPU []uint64
+	for i := range sums {
+		if err := o.Counters.Lookup(uint32(i), &perCPU); err != nil {
+			return Stats{}, fmt.Errorf("xdpprog: reading counter %d: %w", i, err)
+		}
+		for _, v := range perCPU {
+			sums[i] += v
+		}
+	}
+	return Stats{
+		Redirected:     sums[statRedirected],
+		PassedNoSocket: sums[statPassedNoSocket],
+		PassedNotVIP:   sums[statPassedNotVIP],
+		PassedNDP:      sums[statPassedNDP],
+		PassedShort:    sums[statPassedShort],
+	}, nil
+}
