@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// serveConfig is the validated form of the serve flags.
+type serveConfig struct {
+	name    string
+	tcp     []netip.AddrPort
+	udp     []netip.AddrPort
+	weight  int // < 0: /healthz sends no weight header
+	pidfile string
+	verbose bool
+}
+
+func parseServe(args []string) (serveConfig, error) {
+	fs := newFlags("serve")
+	name := fs.String("name", "", "backend name, in every answer")
+	tcp := fs.String("listen-tcp", "0.0.0.0:80,[::]:80", "comma-separated TCP addresses for HTTP")
+	udp := fs.String("listen-udp", "0.0.0.0:53,[::]:53", "comma-separated UDP addresses for the echo")
+	weight := fs.Int("weight", -1, "weight reported by /healthz (omitted when negative)")
+	pidfile := fs.String("pidfile", "", "file to write the pid to once every address is bound")
+	verbose := fs.Bool("verbose", false, "log every request")
+	if err := parseFlags(fs, args); err != nil {
+		return serveConfig{}, err
+	}
+	cfg := serveConfig{name: *name, weight: *weight, pidfile: *pidfile, verbose: *verbose}
+	if cfg.name == "" || strings.ContainsAny(cfg.name, " :\r\n") {
+		return serveConfig{}, fmt.Errorf("serve: --name must be a non-empty word without spaces or colons, got %q (%w)", cfg.name, errUsage)
+	}
+	var err error
+	if cfg.tcp, err = parseAddrs("--listen-tcp", *tcp); err != nil {
+		return serveConfig{}, err
+	}
+	if cfg.udp, err = parseAddrs("--listen-udp", *udp); err != nil {
+		return serveConfig{}, err
+	}
+	if len(cfg.tcp)+len(cfg.udp) == 0 {
+		return serveConfig{}, fmt.Errorf("serve: nothing to listen on (%w)", errUsage)
+	}
+	return cfg, nil
+}
+
+// parseAddrs reads "1.2.3.4:80,[::]:80"; an empty list is allowed (that
+// protocol is not served). Port 0 picks an ephemeral port (tests).
+func parseAddrs(flagName, list string) ([]netip.AddrPort, error) {
+	var out []netip.AddrPort
+	for _, s := range strings.Split(list, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil {
+			return nil, fmt.Errorf("serve: %s: %q is not ADDR:PORT or [ADDR6]:PORT (%w)", flagName, s, errUsage)
+		}
+		if ap.Addr().Zone() != "" {
+			return nil, fmt.Errorf("serve: %s: %q: zones are not supported (%w)", flagName, s, errUsage)
+		}
+		out = append(out, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+	}
+	return out, nil
+}
+
+// network names the address family explicitly: "tcp6" on [::] binds
+// IPv6 only, so 0.0.0.0:80 and [::]:80 can both be listed.
+func network(proto string, ap netip.AddrPort) string {
+	if ap.Addr().Is4() {
+		return proto + "4"
+	}
+	return proto + "6"
+}

@@ -1,0 +1,14 @@
+// Package testbed brings the namespace topology of scripts/testbed.sh up for
+// a test and down again when it ends, failed or not: clients, a one-armed
+// balancer whose interface carries the VIP traffic, and backends holding the
+// VIPs on lo and running cmd/xlb-testserver, all on one bridge (the diagram
+// is in scripts/testbed.sh and scripts/README.md).
+//
+// The script is the single description of the topology; this package runs
+// it, mirrors its fixed addresses, and gives tests ways to act inside a
+// namespace: Exec (a command under `ip netns exec`), Do (a function on an OS
+// thread moved into the namespace) and the client helpers built on Do.
+//
+// Tests using it need root, as CI has; each picks its own prefix so that
+// packages testing in parallel never share a namespace.
+package testbed
