@@ -1,6 +1,7 @@
-// Command xlb is the appliance binary: `check` validates a configuration,
-// `sim` replays a scenario through the real engine, `explain` shows why a
-// packet goes where it goes. main only reads flags and hands over.
+// Command xlb is the appliance binary: `run` forwards traffic (XDP and
+// AF_XDP workers on a NIC), `check` validates a configuration, `sim`
+// replays a scenario through the real engine, `explain` shows why a packet
+// goes where it goes. main only reads flags and hands over.
 package main
 
 import (
@@ -28,7 +29,8 @@ commands:
                                    --summary for a table)
   explain -c FILE --src --dst --proto [--sport --dport --flags --frag ...] [--json]
                                    show the rule, keys, eligible set, Maglev slot and backend
-  run     -c FILE                  forward traffic (needs the AF_XDP data plane)
+  run     -c FILE [--log-level L]  forward traffic: XDP and AF_XDP on dataplane.interface
+                                   (root); logs JSON to stderr, stops on SIGTERM/SIGINT
 `
 
 func main() {
@@ -52,7 +54,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "explain":
 		err = cmdExplain(args[1:], stdout)
 	case "run":
-		err = errors.New("xlb run: the AF_XDP data plane is not part of this build yet; use `xlb sim` or `xlb explain`")
+		err = cmdRun(args[1:], stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"xlb/config"
+)
+
+// cmdRun is `xlb run -c FILE [--log-level LEVEL]`: validate, then hand over
+// to the appliance until SIGTERM or SIGINT. Errors before the appliance
+// starts logging (bad file, no privileges, no interface) come back as one
+// line for main to print; once running, everything goes through the logger.
+func cmdRun(args []string, stderr io.Writer) error {
+	fs := newFlags("run")
+	path := fs.String("c", "", "configuration file")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *path == "" {
+		return fmt.Errorf("xlb run: -c FILE is required (%w)", errUsage)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("xlb run: unexpected argument %q (%w)", fs.Arg(0), errUsage)
+	}
+	lvl, err := zapcore.ParseLevel(*level)
+	if err != nil || lvl < zapcore.DebugLevel || lvl > zapcore.ErrorLevel {
+		return fmt.Errorf("xlb run: --log-level %q: want debug, info, warn or error (%w)", *level, errUsage)
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		return err
+	}
+	if err := cfg.ValidateForRun(); err != nil {
+		return err
+	}
+	log := newLogger(stderr, lvl)
+	defer func() { _ = log.Sync() }()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return runAppliance(ctx, cfg, log)
+}
+
+// newLogger logs JSON lines (zap's production encoding, ISO 8601 times) to
+// w: what a service manager or a log shipper wants from an appliance.
+func newLogger(w io.Writer, level zapcore.Level) *zap.Logger {
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	sink := zapcore.AddSync(w)
+	if f, ok := w.(*os.File); ok {
+		sink = zapcore.Lock(f)
+	}
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), sink, level)
+	return zap.New(core, zap.ErrorOutput(sink)).Named("xlb")
+}
+
+// shutdownGrace bounds how long the admin listener waits for requests in
+// flight when xlb stops.
+const shutdownGrace = 2 * time.Second

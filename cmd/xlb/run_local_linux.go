@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"xlb/config"
+	"xlb/controlplane/neigh"
+	"xlb/dataplane"
+)
+
+// neighbourWait bounds how long startup waits for backend MACs, so the
+// first clients find their backends ready; later ones are published as
+// they resolve.
+const neighbourWait = 3 * time.Second
+
+// vlanEthHeader is an Ethernet header with one 802.1Q tag: a frame may be
+// that much longer than the MTU, which counts from the IP header.
+const vlanEthHeader = 18
+
+// localOf is what the balancer puts into rewritten frames: its interface's
+// MAC as source; as outer sources of IPIP/GUE, per family, the source the
+// kernel picks towards the first such backend (its route's preferred
+// source), else the interface's first global address; and the MTU as the
+// bound of an encapsulated frame.
+func localOf(res *neigh.Resolver, cfg *config.Config, link netlink.Link, log *zap.Logger) dataplane.Local {
+	l := dataplane.Local{MAC: res.LocalMAC()}
+	if mtu := link.Attrs().MTU; mtu > 0 {
+		l.MaxFrame = mtu + vlanEthHeader
+	}
+	set := func(ip netip.Addr) {
+		ip = ip.Unmap()
+		if ip.Is4() && !l.HasSrcV4 {
+			l.EncapSrcV4, l.HasSrcV4 = dataplane.Addr16(ip), true
+		} else if ip.Is6() && !l.HasSrcV6 {
+			l.EncapSrcV6, l.HasSrcV6 = dataplane.Addr16(ip), true
+		}
+	}
+	for _, s := range cfg.Services {
+		if s.ForwardingMethod == config.ForwardL2DSR {
+			continue
+		}
+		for _, g := range s.Groups {
+			for _, ep := range g.Endpoints {
+				if src, ok := res.SourceFor(ep.IP); ok {
+					set(src)
+				}
+			}
+		}
+	}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		addrs, err := netlink.AddrList(link, fam)
+		if err != nil {
+			log.Warn("listing the interface's addresses (IPIP/GUE need an outer source)", zap.Error(err))
+			continue
+		}
+		for _, a := range addrs {
+			ip, ok := netip.AddrFromSlice(a.IP)
+			const unusable = unix.IFA_F_TENTATIVE | unix.IFA_F_DADFAILED | unix.IFA_F_DEPRECATED
+			if ok && a.Scope == unix.RT_SCOPE_UNIVERSE && a.Flags&unusable == 0 {
+				set(ip)
+			}
+		}
+	}
+	return l
+}
+
+// waitNeighbours waits up to neighbourWait for the backends' MACs and logs
+// those still unknown; frames to them are dropped (backend-not-ready) until
+// they resolve.
+func waitNeighbours(ctx context.Context, res *neigh.Resolver, cfg *config.Config, log *zap.Logger) {
+	wctx, cancel := context.WithTimeout(ctx, neighbourWait)
+	defer cancel()
+	if res.Wait(wctx) == nil {
+		return
+	}
+	for _, s := range cfg.Services {
+		for _, g := range s.Groups {
+			for _, ep := range g.Endpoints {
+				if _, ok := res.Resolve(ep, s.ForwardingMethod); !ok {
+					log.Warn("backend MAC not known yet: backend not ready until it resolves",
+						zap.String("service", s.Name), zap.String("backend", ep.Name),
+						zap.Stringer("ip", ep.IP), zap.Stringer("method", s.ForwardingMethod))
+				}
+			}
+		}
+	}
+}
+
+// macString formats a MAC for logs.
+func macString(m [6]byte) string { return net.HardwareAddr(m[:]).String() }
+
+// encapSrc is an outer source for logs (the zero Addr, "invalid IP", when
+// there is none).
+func encapSrc(a [16]byte, ok bool) netip.Addr {
+	if !ok {
+		return netip.Addr{}
+	}
+	return netip.AddrFrom16(a).Unmap()
+}

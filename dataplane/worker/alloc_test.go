@@ -1,0 +1,74 @@
+package worker
+
+import (
+	"testing"
+	"time"
+
+	"xlb/dataplane"
+)
+
+// nopPoller is a Poller that does nothing (no recording, no allocation).
+type nopPoller struct{}
+
+func (nopPoller) Poll(time.Duration) (bool, error) { return false, nil }
+
+// TestRound_ZeroAllocs: a round allocates nothing, with a full batch
+// forwarded, with an empty ring spinning, and asleep.
+func TestRound_ZeroAllocs(t *testing.T) {
+	eng := testEngine(t)
+	busy := dataplane.NewMemRing(udpFrames(t, 64), DefaultBatch)
+	quiet := dataplane.NewMemRing(nil, DefaultBatch)
+	for _, tc := range []struct {
+		name string
+		ring *dataplane.MemRing
+		spin time.Duration
+		want func(c Counters) bool
+	}{
+		{"full batch", busy, DefaultSpin, func(c Counters) bool { return c.Frames > 0 && c.Spins == 0 && c.Sleeps == 0 }},
+		{"spinning", quiet, time.Hour, func(c Counters) bool { return c.Spins > 0 && c.Sleeps == 0 && c.Frames == 0 }},
+		{"asleep", quiet, time.Nanosecond, func(c Counters) bool { return c.Sleeps > 0 && c.Frames == 0 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := New(eng, tc.ring, nopPoller{}, Config{CPU: -1, Spin: tc.spin})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rerr error
+			allocs := testing.AllocsPerRun(1000, func() {
+				if err := w.round(); err != nil {
+					rerr = err
+				}
+			})
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			if !tc.want(w.Counters()) {
+				t.Fatalf("rounds did not take the %s path: %+v", tc.name, w.Counters())
+			}
+			if allocs != 0 {
+				t.Errorf("%v allocations per round, want 0", allocs)
+			}
+		})
+	}
+	if busy.Forwarded == 0 || busy.Dropped+busy.Passed != 0 {
+		t.Errorf("busy ring: %d forwarded, %d passed, %d dropped; want all forwarded", busy.Forwarded, busy.Passed, busy.Dropped)
+	}
+}
+
+// BenchmarkRound is one round of 64 forwarded UDP frames through a
+// MemRing: the loop's own cost on top of the engine.
+func BenchmarkRound(b *testing.B) {
+	eng := testEngine(b)
+	ring := dataplane.NewMemRing(udpFrames(b, 64), DefaultBatch)
+	w, err := New(eng, ring, nopPoller{}, Config{CPU: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := w.round(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(ring.Received), "ns/frame")
+}
