@@ -3,7 +3,7 @@ GO        ?= go
 STATICCHECK_VERSION := v0.8.2
 PKGS      := ./...
 
-.PHONY: all build test test-short bench lint demo fuzz clean
+.PHONY: all build test test-short e2e bench lint demo demo-sim fuzz clean
 
 all: build
 
@@ -20,6 +20,11 @@ test: build
 
 test-short:
 	$(GO) test -count=1 $(PKGS)
+
+# Only the end-to-end tests (root): real TCP/UDP through xlb in the test bed.
+# `make test` runs them too.
+e2e:
+	$(GO) test -race -count=1 -v ./scripts/e2e/
 
 # A count (Nx), not a duration: go1.26's fuzz coordinator can fail a clean
 # run with "context deadline exceeded" when a duration expires
@@ -39,8 +44,15 @@ lint:
 	$(GO) vet $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
 
-# Replays the demo scenario through the real engine and prints a summary.
-demo: build
+# Real traffic on this machine: the namespace test bed, `xlb run` on the
+# balancer's veth, 1000 TCP connections and UDP exchanges to the VIP, counts
+# per backend next to the predicted shares, then teardown. Needs root; the
+# script builds what it runs and says so when it is not root.
+demo:
+	@./scripts/demo.sh
+
+# The demo scenario replayed through the real engine (`xlb sim`): no root.
+demo-sim: build
 	@./scripts/demo-sim.sh
 
 clean:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make demo (for now): replays testdata/demo/scenario.jsonl through the real
-# engine with `xlb sim` and prints what happened. No privileges needed.
+# make demo-sim: replays testdata/demo/scenario.jsonl through the real
+# engine with `xlb sim` and prints what happened. No privileges needed (make
+# demo, scripts/demo.sh, shows real traffic and needs root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cfg=testdata/demo/xlb.toml

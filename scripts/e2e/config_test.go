@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"xlb/scripts/testbed"
+)
+
+// GUE destination port of the config: not fou's usual 5555, so that the
+// frame checks see the configured value arrive.
+const guePort = 6080
+
+// UDP ports of the VIPs whose services encapsulate; each has one backend,
+// so the frame checks know where to capture.
+const (
+	portIPIP4 = 7001 // VIP4, IPIP to b1
+	portGUE4  = 7002 // VIP4, GUE over IPv4 to b2
+	portGUE6  = 7003 // VIP6, GUE over IPv6 to b3
+	// TCP to the servers through a decapsulating kernel, where it can.
+	portIPIPWeb = 8080 // VIP4, IPIP to b1
+	portGUEWeb  = 8081 // VIP4, GUE to b2
+)
+
+// configText is the configuration of the tests for a bed's balancer
+// interface: unweighted Maglev over the three primaries b1-b3 (a third of
+// new flows each) with b4 as failover, for TCP 80 and UDP 53 on both VIPs,
+// L2 DSR; and single-backend IPIP and GUE services on other ports.
+func configText(iface string) string {
+	primaries := func(a, b, c, spare string) string {
+		return fmt.Sprintf(`
+  [[backend_service.backend]]
+  group = "primary"
+  endpoints = [ %s, %s, %s ]
+  [[backend_service.backend]]
+  group = "spare"
+  failover = true
+  endpoints = [ %s ]
+`, a, b, c, spare)
+	}
+	v4 := primaries(`{ ip = "10.97.0.11" }`, `{ ip = "10.97.0.12" }`, `{ ip = "10.97.0.13" }`, `{ ip = "10.97.0.14" }`)
+	v6 := primaries(`{ ip = "fd00:97::11" }`, `{ ip = "fd00:97::12" }`, `{ ip = "fd00:97::13" }`, `{ ip = "fd00:97::14" }`)
+	svc := func(name, proto, method, body string) string {
+		extra := ""
+		if method == "GUE" {
+			extra = fmt.Sprintf("gue_port = %d\n", guePort)
+		}
+		return fmt.Sprintf(`
+[[backend_service]]
+name = %q
+protocol = %q
+health_checks = ["hc"]
+forwarding_method = %q
+%s%s`, name, proto, method, extra, body)
+	}
+	one := func(ip string) string {
+		return fmt.Sprintf("\n  [[backend_service.backend]]\n  group = \"only\"\n  endpoints = [ { ip = %q } ]\n", ip)
+	}
+	rule := func(name, vip, proto string, port int, service string) string {
+		return fmt.Sprintf(`
+[[forwarding_rule]]
+name = %q
+ip_address = %q
+ip_protocol = %q
+ports = ["%d"]
+backend_service = %q
+`, name, vip, proto, port, service)
+	}
+	vip4, vip6 := testbed.VIP4.String(), testbed.VIP6.String()
+	return fmt.Sprintf(`
+[dataplane]
+interface = %q
+queues = "all"
+xdp_mode = "native"
+zero_copy = "auto"
+frame_size = 2048
+ring_size = 512
+conntrack_capacity = 65536
+
+[admin]
+listen = "127.0.0.1:9110"
+
+[[health_check]]
+name = "hc"
+type = "TCP"
+port = 80
+`, iface) +
+		svc("web", "TCP", "L2_DSR", v4) + svc("web6", "TCP", "L2_DSR", v6) +
+		svc("echo", "UDP", "L2_DSR", v4) + svc("echo6", "UDP", "L2_DSR", v6) +
+		svc("ipip", "UDP", "IPIP", one("10.97.0.11")) + svc("gue", "UDP", "GUE", one("10.97.0.12")) +
+		svc("gue6", "UDP", "GUE", one("fd00:97::13")) +
+		svc("ipip-web", "TCP", "IPIP", one("10.97.0.11")) + svc("gue-web", "TCP", "GUE", one("10.97.0.12")) +
+		rule("web-v4", vip4, "TCP", testbed.HTTPPort, "web") + rule("web-v6", vip6, "TCP", testbed.HTTPPort, "web6") +
+		rule("echo-v4", vip4, "UDP", testbed.UDPEchoPort, "echo") + rule("echo-v6", vip6, "UDP", testbed.UDPEchoPort, "echo6") +
+		rule("ipip", vip4, "UDP", portIPIP4, "ipip") + rule("gue", vip4, "UDP", portGUE4, "gue") +
+		rule("gue6", vip6, "UDP", portGUE6, "gue6") +
+		rule("ipip-web", vip4, "TCP", portIPIPWeb, "ipip-web") + rule("gue-web", vip4, "TCP", portGUEWeb, "gue-web")
+}
+
+// writeConfig writes the tests' configuration for b into a temporary file.
+func writeConfig(t *testing.T, b *testbed.Bed) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "xlb.toml")
+	if err := os.WriteFile(path, []byte(configText(b.LB.Iface)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

@@ -1,0 +1,72 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"xlb/scripts/testbed"
+)
+
+// tcpPorts are the backends' HTTP ports: 80 for L2 DSR, 8080 and 8081 for
+// the decapsulated IPIP and GUE cases (where the kernel can decapsulate).
+const tcpPorts = "80 8080 8081"
+
+// binDir holds the binaries built for the package's run.
+var binDir string
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		dir, err := os.MkdirTemp("", "xlb-e2e-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		binDir = dir
+		return m.Run()
+	}())
+}
+
+// Binaries built once, by the first test that needs them (a run of the
+// benchmarks alone builds nothing).
+var (
+	buildOnce sync.Once
+	buildErr  error
+	xlbBin    string // cmd/xlb, with the race detector
+	serverBin string // cmd/xlb-testserver: the backends' server and the probe
+)
+
+func build() error {
+	xlbBin = filepath.Join(binDir, "xlb")
+	serverBin = filepath.Join(binDir, "xlb-testserver")
+	// xlb with the race detector: real traffic exercises its workers,
+	// control plane and admin listener together (startXLB fails a test
+	// whose xlb reported a race).
+	for _, b := range [][]string{
+		{"build", "-race", "-o", xlbBin, "xlb/cmd/xlb"},
+		{"build", "-o", serverBin, "xlb/cmd/xlb-testserver"},
+	} {
+		if out, err := exec.Command("go", b...).CombinedOutput(); err != nil {
+			return fmt.Errorf("go %v: %v\n%s", b, err, out)
+		}
+	}
+	// testbed.sh starts this server instead of building one per bed.
+	if err := os.Setenv("XLB_TESTSERVER", serverBin); err != nil {
+		return err
+	}
+	return os.Setenv("TB_TCP_PORTS", tcpPorts)
+}
+
+// upBed builds the binaries if needed and brings a bed up for t.
+func upBed(t *testing.T, opts testbed.Options) *testbed.Bed {
+	t.Helper()
+	buildOnce.Do(func() { buildErr = build() })
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return testbed.Up(t, opts)
+}

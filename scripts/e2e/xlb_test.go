@@ -1,0 +1,177 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"xlb/scripts/testbed"
+)
+
+// adminAddr is the admin listener of the tests' configuration, on the
+// balancer namespace's own loopback.
+var adminAddr = netip.MustParseAddrPort("127.0.0.1:9110")
+
+// xlbProc is `xlb run` in a bed's balancer namespace.
+type xlbProc struct {
+	bed    *testbed.Bed
+	cmd    *exec.Cmd
+	log    *syncBuffer
+	exited chan struct{}
+	err    error // Wait's, once exited is closed
+}
+
+// startXLB runs the built binary on cfg in b's balancer namespace with `ip
+// netns exec`, which also mounts that namespace's /sys (xlb counts the
+// interface's queues there) and execs, so the pid is xlb's own. It waits
+// until the admin listener answers /healthz. Whatever still runs at the
+// end of the test is killed, and a failed test gets xlb's log.
+func startXLB(t *testing.T, b *testbed.Bed, cfg string) *xlbProc {
+	t.Helper()
+	p := &xlbProc{bed: b, log: &syncBuffer{}, exited: make(chan struct{}),
+		cmd: exec.Command("ip", "netns", "exec", b.LB.NS, xlbBin, "run", "-c", cfg)}
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("starting xlb: %v", err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		p.stop()
+		if strings.Contains(p.log.String(), "WARNING: DATA RACE") {
+			t.Error("xlb reported a data race (log below)")
+		}
+		if t.Failed() {
+			t.Logf("xlb log:\n%s", p.log.String())
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		select {
+		case <-p.exited:
+			t.Fatalf("xlb exited before serving /healthz (%v):\n%s", p.err, p.log.String())
+		default:
+		}
+		if r, err := testbed.HTTPGet(b.LB.NS, adminAddr, "/healthz", time.Second); err == nil && r.Status == 200 {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("xlb: no /healthz within 20s:\n%s", p.log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop ends xlb with SIGTERM (SIGKILL after 5 s) if it still runs.
+func (p *xlbProc) stop() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// kill9 sends SIGKILL and waits for the process to be gone.
+func (p *xlbProc) kill9(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 xlb: %v", err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("xlb still running 5s after SIGKILL")
+	}
+	var ee *exec.ExitError
+	if !errors.As(p.err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("xlb ended with %v, not by SIGKILL", p.err)
+	}
+}
+
+// admin fetches path from xlb's admin listener.
+func admin(t *testing.T, b *testbed.Bed, path string) string {
+	t.Helper()
+	r, err := testbed.HTTPGet(b.LB.NS, adminAddr, path, 2*time.Second)
+	if err != nil {
+		t.Fatalf("admin %s: %v", path, err)
+	}
+	if r.Status != 200 {
+		t.Fatalf("admin %s: status %d: %s", path, r.Status, r.Body)
+	}
+	return r.Body
+}
+
+// status is the part of /status the tests read.
+type status struct {
+	Runtime struct {
+		XDPMode string `json:"xdp_mode"`
+		Queues  []struct {
+			Queue    int    `json:"queue"`
+			BindMode string `json:"bind_mode"`
+			Frames   uint64 `json:"frames"`
+		} `json:"queues"`
+		XDPProgram map[string]uint64 `json:"xdp_program"`
+	} `json:"runtime"`
+}
+
+func getStatus(t *testing.T, b *testbed.Bed) status {
+	t.Helper()
+	var s status
+	body := admin(t, b, "/status")
+	if err := json.Unmarshal([]byte(body), &s); err != nil {
+		t.Fatalf("/status: %v\n%s", err, body)
+	}
+	return s
+}
+
+// xdpAttached reports whether the balancer's interface has an XDP program.
+func xdpAttached(t *testing.T, b *testbed.Bed) bool {
+	t.Helper()
+	var attached bool
+	err := testbed.Do(b.LB.NS, func() error {
+		l, err := netlink.LinkByName(b.LB.Iface)
+		if err != nil {
+			return err
+		}
+		x := l.Attrs().Xdp
+		attached = x != nil && x.Attached
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("reading %s's XDP state: %v", b.LB.Iface, err)
+	}
+	return attached
+}
+
+// syncBuffer collects a process's output while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
