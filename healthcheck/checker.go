@@ -1,0 +1,242 @@
+package healthcheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"xlb/config"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxConcurrent = 64
+	DefaultBatchDelay    = 100 * time.Millisecond
+)
+
+// Options configure a Checker.
+type Options struct {
+	// MaxConcurrent bounds the probes in flight; 0 means
+	// DefaultMaxConcurrent.
+	MaxConcurrent int
+	// BatchDelay is how long a result may wait for others to join its
+	// batch; 0 means DefaultBatchDelay.
+	BatchDelay time.Duration
+	// Notify receives every probe's result, in batches, from one goroutine
+	// at a time; results of one target arrive in order. Nil: none.
+	Notify func([]Result)
+}
+
+// ErrRunning is returned by Run when the Checker already runs or ran.
+var ErrRunning = errors.New("healthcheck: Run called twice")
+
+// Checker probes a set of targets; see the package documentation.
+type Checker struct {
+	log     *zap.Logger
+	opts    Options
+	client  *http.Client
+	sem     chan struct{}
+	results chan Result
+
+	mu      sync.Mutex
+	targets map[string]*target
+	ctx     context.Context // Run's; nil before Run
+	started bool
+	wg      sync.WaitGroup // target loops
+}
+
+// New returns a Checker with no targets; Set gives it some, Run runs it.
+func New(log *zap.Logger, opts Options) *Checker {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if opts.MaxConcurrent <= 0 {
+		opts.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if opts.BatchDelay <= 0 {
+		opts.BatchDelay = DefaultBatchDelay
+	}
+	return &Checker{
+		log:     log,
+		opts:    opts,
+		client:  newHTTPClient(),
+		sem:     make(chan struct{}, opts.MaxConcurrent),
+		results: make(chan Result, 256),
+		targets: map[string]*target{},
+	}
+}
+
+// Set makes targets the set probed, as one step: a target whose key, address
+// and check are unchanged keeps running with its state (a reload does not
+// flap it); one whose check changed restarts with the new check but keeps
+// its state; one whose address changed, and a new one, start unhealthy;
+// one not in targets stops. An invalid target (duplicate key, no address,
+// bad port, interval or path) makes Set change nothing and return an error.
+func (c *Checker) Set(targets []Target) error {
+	next := make(map[string]Target, len(targets))
+	probers := make(map[string]prober, len(targets))
+	for _, t := range targets {
+		if err := valid(t); err != nil {
+			return fmt.Errorf("healthcheck: target %q: %w", t.Key, err)
+		}
+		if _, dup := next[t.Key]; dup {
+			return fmt.Errorf("healthcheck: target %q given twice", t.Key)
+		}
+		p, err := c.newProber(t)
+		if err != nil {
+			return fmt.Errorf("healthcheck: target %q: %w", t.Key, err)
+		}
+		next[t.Key], probers[t.Key] = t, p
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, old := range c.targets {
+		if _, ok := next[key]; !ok {
+			old.stop()
+			delete(c.targets, key)
+		}
+	}
+	for key, t := range next {
+		old, ok := c.targets[key]
+		if ok && old.t == t {
+			continue
+		}
+		nt := &target{t: t, prober: probers[key]}
+		if ok {
+			old.stop()
+			if old.t.Addr == t.Addr {
+				nt.h, nt.last = old.state()
+			}
+		}
+		c.targets[key] = nt
+		if c.ctx != nil && c.ctx.Err() == nil {
+			c.start(nt)
+		}
+	}
+	return nil
+}
+
+// valid checks what would make a loop misbehave; a validated config never
+// fails it.
+func valid(t Target) error {
+	ck := t.Check
+	switch {
+	case !t.Addr.IsValid():
+		return errors.New("no address")
+	case ck.Port < 1 || ck.Port > 65535:
+		return fmt.Errorf("port %d outside 1..65535", ck.Port)
+	case ck.CheckInterval <= 0:
+		return fmt.Errorf("check interval %v is not positive", ck.CheckInterval)
+	case ck.Timeout <= 0:
+		return fmt.Errorf("timeout %v is not positive", ck.Timeout)
+	case ck.Type != config.CheckHTTP && ck.Type != config.CheckTCP:
+		return fmt.Errorf("unknown check type %d", ck.Type)
+	}
+	return nil
+}
+
+// Run probes the targets (those of Set, now and later) until ctx is done,
+// then stops every probe and returns once nothing of the Checker runs. It
+// returns ErrRunning if called again.
+func (c *Checker) Run(ctx context.Context) error {
+	c.mu.Lock()
+	if c.started {
+		c.mu.Unlock()
+		return ErrRunning
+	}
+	c.started, c.ctx = true, ctx
+	if ctx.Err() == nil {
+		for _, t := range c.targets {
+			c.start(t)
+		}
+	}
+	c.mu.Unlock()
+
+	var nwg sync.WaitGroup
+	nwg.Go(func() { c.notifyLoop(ctx) })
+	<-ctx.Done()
+
+	c.mu.Lock()
+	for _, t := range c.targets {
+		t.stop()
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+	nwg.Wait()
+	c.client.CloseIdleConnections()
+	return nil
+}
+
+// Status returns every target's state, sorted by key.
+func (c *Checker) Status() []Status {
+	c.mu.Lock()
+	ts := make([]*target, 0, len(c.targets))
+	for _, t := range c.targets {
+		ts = append(ts, t)
+	}
+	c.mu.Unlock()
+	out := make([]Status, len(ts))
+	for i, t := range ts {
+		h, last := t.state()
+		out[i] = Status{Target: t.t, Healthy: h.healthy, Probes: h.probes, Last: last}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+// start runs t's loop under Run's context; c.mu is held.
+func (c *Checker) start(t *target) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	t.cancel, t.done = cancel, make(chan struct{})
+	c.wg.Go(func() {
+		defer close(t.done)
+		c.loop(ctx, t)
+	})
+}
+
+// notifyLoop hands results to Notify in batches: a batch opens with its
+// first result and closes BatchDelay later, so the results of probes that
+// end close together (a round of staggered probes of one interval, or a
+// burst after a network blip) arrive as one.
+func (c *Checker) notifyLoop(ctx context.Context) {
+	var (
+		batch []Result
+		timer *time.Timer
+		fire  <-chan time.Time
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-c.results:
+			if c.opts.Notify == nil {
+				continue
+			}
+			batch = append(batch, r)
+			if fire == nil {
+				if timer == nil {
+					timer = time.NewTimer(c.opts.BatchDelay)
+				} else {
+					timer.Reset(c.opts.BatchDelay)
+				}
+				fire = timer.C
+			}
+		case <-fire:
+			fire = nil
+			c.opts.Notify(batch)
+			batch = nil
+		}
+	}
+}
