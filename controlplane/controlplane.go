@@ -284,17 +284,7 @@ func (c *ControlPlane) SetHealth(name string, healthy bool, now int64) error {
 
 // SetWeight records a weight report for the backends named name.
 func (c *ControlPlane) SetWeight(name string, weight uint32, state WeightState, now int64) error {
-	return c.update(name, now, func(b *backendState) {
-		if state == WeightUnavailable && (b.weightState == WeightMissing || b.weightState == WeightInvalid) {
-			// No reply is not a reply: the latest one, missing or invalid,
-			// keeps the service on equal weights (W1a).
-			return
-		}
-		b.weightState = state
-		if state == WeightValid {
-			b.weight = weight
-		}
-	})
+	return c.update(name, now, func(b *backendState) { b.setWeight(weight, state) })
 }
 
 // Drain removes a backend from service as an operator (M5), without editing
