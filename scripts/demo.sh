@@ -4,10 +4,12 @@
 # (scripts/testbed.sh, prefix xlbdemo: a client, the balancer, backends
 # b1-b3 and failover b4 in network namespaces), runs `xlb run` with
 # testdata/demo/testbed.toml on the balancer's interface (native XDP, two
-# queues), opens 1000 TCP connections and 1000 UDP exchanges from the
-# client to the VIP, prints per-backend counts next to the shares xlb's own
-# weights predict, shows some of /metrics, and tears everything down on
-# every exit path. Needs root; everything stays inside the namespaces.
+# queues), waits until xlb's health checks find the primaries healthy with
+# the weights they report (1:2:3), opens 1000 TCP connections and 1000 UDP
+# exchanges from the client to the VIP, prints per-backend counts next to
+# the shares xlb's own weights predict, shows some of /metrics, and tears
+# everything down on every exit path. Needs root; everything stays inside
+# the namespaces.
 set -euo pipefail
 
 PROG=demo.sh
@@ -106,12 +108,36 @@ str() { grep -o "\"$1\":\"[^\"]*\"" <<<"$summary" | head -1 | cut -d'"' -f4; }
 list() { grep -o "\"$1\":\[[^]]*\]" <<<"$summary" | head -1 | cut -d: -f2- | tr -d '"[]' | tr , ' '; }
 echo "xlb is running: XDP $(str xdp_mode) on $(str interface), AF_XDP sockets (queue:bind mode) $(list bind_modes), VIPs $(list vips)"
 
+# ready: in /metrics, every primary (b1-b3 and their -v6/-udp twins) of
+# every service is healthy with the weight its server reports.
+ready() {
+	admin /metrics | awk -v weights="$WEIGHTS" '
+		BEGIN { split(weights, w, ",") }
+		/^xlb_backend_(healthy|weight)\{/ {
+			be = $1; sub(".*backend=\"", "", be); sub("[-\"].*", "", be)   # b1-udp -> b1
+			i = substr(be, 2) + 0
+			if (i < 1 || i > 3) next
+			n++
+			if ($1 ~ /^xlb_backend_healthy/ ? $2 != 1 : $2 != w[i]) bad = 1
+		}
+		END { exit (n == 18 && !bad) ? 0 : 1 }'
+}
+echo
+echo "== waiting for xlb's health checks (HTTP GET /healthz on :8080, every second, 2 passes to be healthy)"
+t0=$SECONDS
+for i in $(seq 200); do
+	kill -0 "$XLB_PID" 2>/dev/null || { cat "$LOG" >&2; die "xlb exited (log above)"; }
+	ready && break
+	[ "$i" -lt 200 ] || die "the primaries were not healthy with weights ${WEIGHTS%,*} within 20s; /status runtime.health_checks says why"
+	sleep 0.1
+done
+echo "b1-b3 healthy in every service, with the weights they report: ${WEIGHTS%,*} (after $((SECONDS - t0))s)"
+
 echo
 echo "== $N new TCP connections (HTTP GET /) to $VIP4:80 and $N UDP exchanges (each from a new port) with $VIP4:53, from c1"
 probe_rc=0
 probe=$(ip netns exec "$CLIENT" bin/xlb-testserver probe --tcp "$VIP4:80" --udp "$VIP4:53" -n "$N" --parallel 16) || probe_rc=$?
 metrics=$(admin /metrics)
-status=$(admin /status)
 
 # predicted SERVICE: "bI share%" lines from xlb's own weights and eligible
 # set in /metrics (weight / sum of eligible weights; 0 when not eligible).
@@ -146,11 +172,9 @@ for i in 1 2 3 4; do
 		"$tc" "$(pct "$tc" "$tcp_total")" "$uc" "$(pct "$uc" "$udp_total")" "${reported:-none}"
 done
 printf '%-14s %8s %9s   %5s %-9s %5s\n' errors "" "" "$(count tcp errors)" "" "$(count udp errors)"
-if grep -q 'health checks not running yet' <<<"$status"; then
-	echo "Weights: the backends report ${WEIGHTS//,/:} on /healthz, but xlb runs no health checks yet (they arrive"
-	echo "with the health-check issue): every backend holds xlb's initial weight, so the primaries share equally."
-fi
-echo "The failover backend b4 takes nothing while the primaries are healthy (failover_ratio 0)."
+echo "xlb's health checks read each backend's weight from /healthz; WEIGHTED_MAGLEV gives each primary"
+echo "new connections in proportion to it. The failover backend b4 takes nothing while the primaries"
+echo "are healthy (failover_ratio 0)."
 
 echo
 echo "== $N6 new TCP connections to [$VIP6]:80 (IPv6), from c1"

@@ -12,10 +12,6 @@ import (
 	"xlb/dataplane/xdpprog"
 )
 
-// healthNote says, in /status and the startup log, why every backend is
-// healthy: health checks are the next issue.
-const healthNote = "health checks not running yet: every backend starts healthy with weight 1000"
-
 // runInfo is the "runtime" part of /status: the interface, the modes and,
 // per queue, the socket's and the loop's counters, read at request time.
 type runInfo struct {
@@ -27,6 +23,7 @@ type runInfo struct {
 	sockets  []*afxdp.Socket
 	rings    []*afxdp.Ring
 	workers  []*worker.Worker
+	health   func() []healthInfo
 }
 
 // queueInfo is one queue in /status.
@@ -100,7 +97,9 @@ func (r *runInfo) get() map[string]any {
 		"xdp_mode":  string(r.mode),
 		"zero_copy": r.zeroCopy.String(),
 		"queues":    qs,
-		"health":    healthNote,
+	}
+	if r.health != nil {
+		m["health_checks"] = r.health()
 	}
 	if st, err := r.objs.Stats(); err == nil {
 		m["xdp_program"] = map[string]uint64{
@@ -146,5 +145,4 @@ func logSummary(log *zap.Logger, cfg *config.Config, queues, cpus []int, mode xd
 		zap.Strings("services", svcs),
 		zap.String("config", cfg.Summary()),
 		zap.String("admin", admin))
-	log.Warn(healthNote)
 }

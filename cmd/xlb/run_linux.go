@@ -20,13 +20,16 @@ import (
 	"xlb/dataplane/afxdp"
 	"xlb/dataplane/worker"
 	"xlb/dataplane/xdpprog"
+	"xlb/healthcheck"
 )
 
 // workerBatch is how many frames a worker takes from its ring per round.
 const workerBatch = worker.DefaultBatch
 
-// initialWeight is every backend's weight until it reports one.
-const initialWeight = 1000
+// initialWeight is every backend's weight until it reports one: 0, as for
+// a backend whose probes were never answered (W1a). While every backend of
+// a weighted service has it, they share equally (W1b).
+const initialWeight = 0
 
 // runAppliance brings the data plane up on cfg's interface, serves until
 // ctx is done (SIGTERM, SIGINT) and takes everything down again. Every
@@ -92,11 +95,11 @@ func runAppliance(ctx context.Context, cfg *config.Config, log *zap.Logger) erro
 		zap.Stringer("encap_src_v4", encapSrc(local.EncapSrcV4, local.HasSrcV4)),
 		zap.Stringer("encap_src_v6", encapSrc(local.EncapSrcV6, local.HasSrcV6)),
 		zap.Int("max_frame", local.MaxFrame))
-	// Health checks are the next issue: until they run, every backend
-	// starts (and stays) healthy with the initial weight.
+	// Every backend starts unhealthy until its health check passes (until
+	// one does, E1-E4 fall back to all backends).
 	cp, err := controlplane.New(cfg, engine, controlplane.Options{
 		Local:          local,
-		InitialHealthy: true,
+		InitialHealthy: false,
 		InitialWeight:  initialWeight,
 		Resolve:        res.Resolve,
 		Logger:         log.Named("controlplane"),
@@ -108,6 +111,25 @@ func runAppliance(ctx context.Context, cfg *config.Config, log *zap.Logger) erro
 	// one that changed before OnChange was registered.
 	res.OnChange(func() { cp.Publish(worker.NowMs()) })
 	cp.Publish(worker.NowMs())
+
+	// Health checks, on this namespace's kernel stack: the XDP program
+	// passes their replies (not VIP traffic) to the kernel.
+	targets, feeds := healthTargets(cfg)
+	hlog := base.Named("healthcheck")
+	hc := healthcheck.New(hlog, healthcheck.Options{Notify: healthApplier(cp, feeds, worker.NowMs, hlog)})
+	if err := hc.Set(targets); err != nil {
+		return fmt.Errorf("xlb run: %w", err)
+	}
+	hctx, stopChecks := context.WithCancel(ctx)
+	var hwg sync.WaitGroup
+	hwg.Go(func() { _ = hc.Run(hctx) })
+	defer func() {
+		stopChecks()
+		hwg.Wait()
+		log.Info("health checks stopped")
+	}()
+	log.Info("health checks started", zap.Int("targets", len(targets)),
+		zap.Int("max_concurrent", healthcheck.DefaultMaxConcurrent))
 
 	maxQueue := 0
 	for _, q := range queues {
@@ -183,7 +205,8 @@ func runAppliance(ctx context.Context, cfg *config.Config, log *zap.Logger) erro
 	for i, w := range workers {
 		stats[i] = admin.QueueStats{Queue: w.Queue(), Stats: w.Stats()}
 	}
-	info := runInfo{ifname: ifname, ifindex: attrs.Index, mode: mode, zeroCopy: d.ZeroCopy, objs: objs, sockets: sockets, rings: rings, workers: workers}
+	info := runInfo{ifname: ifname, ifindex: attrs.Index, mode: mode, zeroCopy: d.ZeroCopy, objs: objs, sockets: sockets, rings: rings, workers: workers,
+		health: func() []healthInfo { return healthStatus(hc, feeds) }}
 	srv, err := admin.New(cfg.Admin.Listen, &runSources{cp: cp, ct: ct, workers: stats, now: worker.NowMs, info: info.get}, log.Named("admin"))
 	if err != nil {
 		return fmt.Errorf("xlb run: %w", err)

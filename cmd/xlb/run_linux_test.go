@@ -230,6 +230,13 @@ func testForwardsThenDetaches(t *testing.T, mode string) {
 		t.Fatalf("/status runtime %+v: want interface %s, one queue, xdp_mode %s", st.Runtime, n.bName, mode)
 	}
 	t.Logf("on this kernel: xdp_mode %s, bind mode %s", st.Runtime.XDPMode, st.Runtime.Queues[0].BindMode)
+	// The health check runs, and the backend, with no route to it in the
+	// namespace, is unhealthy: the frame above went to it all the same
+	// (E1: no backend healthy, all backends).
+	if hc := st.Runtime.HealthChecks; len(hc) != 1 || hc[0].Target != "hc/10.201.0.2" || hc[0].Address != "10.201.0.2:53" ||
+		len(hc[0].Services) != 1 || hc[0].Services[0] != "dns" || hc[0].Healthy {
+		t.Errorf("/status runtime.health_checks %+v: want hc/10.201.0.2 (10.201.0.2:53) for dns, unhealthy", hc)
+	}
 
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -241,7 +248,8 @@ func testForwardsThenDetaches(t *testing.T, mode string) {
 		t.Error("an XDP program is still attached after xlb exited")
 	}
 	logs := p.stderr.String()
-	for _, want := range []string{`"xlb running"`, `"XDP program detached"`, `"bind_modes"`, `"vips":["10.201.1.1"]`} {
+	for _, want := range []string{`"xlb running"`, `"XDP program detached"`, `"bind_modes"`, `"vips":["10.201.1.1"]`,
+		`"health checks started"`, `"health checks stopped"`} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %s", want)
 		}
@@ -362,6 +370,12 @@ type runStatus struct {
 		Queues    []struct {
 			BindMode string `json:"bind_mode"`
 		} `json:"queues"`
+		HealthChecks []struct {
+			Target   string   `json:"target"`
+			Address  string   `json:"address"`
+			Services []string `json:"services"`
+			Healthy  bool     `json:"healthy"`
+		} `json:"health_checks"`
 	} `json:"runtime"`
 }
 

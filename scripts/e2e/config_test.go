@@ -82,10 +82,14 @@ conntrack_capacity = 65536
 [admin]
 listen = "127.0.0.1:9110"
 
+# Every backend serves TCP 80: all pass within a second or so of the start.
 [[health_check]]
 name = "hc"
 type = "TCP"
 port = 80
+check_interval_sec = 1
+timeout_sec = 1
+healthy_threshold = 1
 `, iface) +
 		svc("web", "TCP", "L2_DSR", v4) + svc("web6", "TCP", "L2_DSR", v6) +
 		svc("echo", "UDP", "L2_DSR", v4) + svc("echo6", "UDP", "L2_DSR", v6) +

@@ -22,6 +22,7 @@ func TestForwarding(t *testing.T) {
 	b := upBed(t, testbed.Options{Prefix: "e2ef"})
 	listenHost(t, b)
 	startXLB(t, b, writeConfig(t, b))
+	waitStatus(t, b, "healthy backends", allHealthy)
 	c := b.Clients[0]
 
 	t.Run("Mode", func(t *testing.T) {

@@ -20,6 +20,7 @@ func TestKill9(t *testing.T) {
 	web := netip.AddrPortFrom(testbed.VIP4, testbed.HTTPPort)
 
 	p := startXLB(t, b, cfg)
+	waitStatus(t, b, "healthy backends", allHealthy)
 	if n := len(probe(t, b, "tcp", web, 30)); n < 2 {
 		t.Fatalf("30 connections reached %d backends before the kill", n)
 	}
@@ -38,6 +39,7 @@ func TestKill9(t *testing.T) {
 	}
 
 	startXLB(t, b, cfg)
+	waitStatus(t, b, "healthy backends after the restart", allHealthy)
 	if !xdpAttached(t, b) {
 		t.Fatal("restarted xlb serves, but no XDP program is attached")
 	}

@@ -125,8 +125,24 @@ type status struct {
 			BindMode string `json:"bind_mode"`
 			Frames   uint64 `json:"frames"`
 		} `json:"queues"`
-		XDPProgram map[string]uint64 `json:"xdp_program"`
+		XDPProgram   map[string]uint64 `json:"xdp_program"`
+		HealthChecks []struct {
+			Target      string `json:"target"`
+			Healthy     bool   `json:"healthy"`
+			Reason      string `json:"last_reason"`
+			WeightState string `json:"last_weight_state"`
+		} `json:"health_checks"`
 	} `json:"runtime"`
+	Services []struct {
+		Name     string `json:"name"`
+		Backends []struct {
+			Name     string `json:"name"`
+			Healthy  bool   `json:"healthy"`
+			Weight   uint32 `json:"weight"`
+			Eligible bool   `json:"eligible"`
+			Removed  bool   `json:"removed"`
+		} `json:"backends"`
+	} `json:"services"`
 }
 
 func getStatus(t *testing.T, b *testbed.Bed) status {
@@ -137,6 +153,37 @@ func getStatus(t *testing.T, b *testbed.Bed) status {
 		t.Fatalf("/status: %v\n%s", err, body)
 	}
 	return s
+}
+
+// waitStatus polls /status until ok accepts it, failing t (with the last
+// status) after 15 s: xlb's health checks bring backends up on their own
+// schedule, and a test of traffic waits for the state it assumes.
+func waitStatus(t *testing.T, b *testbed.Bed, what string, ok func(status) bool) status {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		s := getStatus(t, b)
+		if ok(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/status: no %s within 15s: %+v", what, s)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// allHealthy accepts a status in which every current backend of every
+// service passes its health check.
+func allHealthy(s status) bool {
+	for _, svc := range s.Services {
+		for _, be := range svc.Backends {
+			if !be.Removed && !be.Healthy {
+				return false
+			}
+		}
+	}
+	return len(s.Services) > 0
 }
 
 // xdpAttached reports whether the balancer's interface has an XDP program.

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"net/netip"
+	"time"
+
+	"go.uber.org/zap"
+
+	"xlb/config"
+	"xlb/controlplane"
+	"xlb/healthcheck"
+)
+
+// healthFeed is a backend a health-check target speaks for.
+type healthFeed struct {
+	service string
+	ip      netip.Addr
+}
+
+// healthTargets returns one target per health check and backend address
+// of cfg, and for each target's key the backends it speaks for. Services
+// that probe the same address with the same check share one probe (an
+// unnamed endpoint in several services, a backend serving TCP and UDP):
+// the backend sees one prober, and the services one verdict. The key, the
+// check's name and the address, stays the same across reloads.
+func healthTargets(cfg *config.Config) ([]healthcheck.Target, map[string][]healthFeed) {
+	var targets []healthcheck.Target
+	feeds := map[string][]healthFeed{}
+	for _, s := range cfg.Services {
+		if s.HealthCheck < 0 || s.HealthCheck >= len(cfg.HealthChecks) {
+			continue // a validated config has none such
+		}
+		ck := cfg.HealthChecks[s.HealthCheck]
+		for _, g := range s.Groups {
+			for _, ep := range g.Endpoints {
+				key := ck.Name + "/" + ep.IP.String()
+				if _, ok := feeds[key]; !ok {
+					targets = append(targets, healthcheck.Target{Key: key, Addr: ep.IP, Check: ck})
+				}
+				feeds[key] = append(feeds[key], healthFeed{service: s.Name, ip: ep.IP})
+			}
+		}
+	}
+	return targets, feeds
+}
+
+// healthReports turns a batch of results into the control plane's
+// reports: every result, for every backend its target speaks for (the
+// control plane publishes only what changed).
+func healthReports(rs []healthcheck.Result, feeds map[string][]healthFeed) []controlplane.Report {
+	var out []controlplane.Report
+	for _, r := range rs {
+		state, hasWeight := weightState(r.WeightState)
+		for _, f := range feeds[r.Key] {
+			out = append(out, controlplane.Report{
+				Service: f.service, IP: f.ip,
+				HasHealth: true, Healthy: r.Healthy,
+				HasWeight: hasWeight, Weight: r.Weight, WeightState: state,
+			})
+		}
+	}
+	return out
+}
+
+// weightState converts a checker's weight state; a check that reports no
+// weight (TCP) gives none.
+func weightState(s healthcheck.WeightState) (controlplane.WeightState, bool) {
+	switch s {
+	case healthcheck.WeightValid:
+		return controlplane.WeightValid, true
+	case healthcheck.WeightMissing:
+		return controlplane.WeightMissing, true
+	case healthcheck.WeightInvalid:
+		return controlplane.WeightInvalid, true
+	case healthcheck.WeightUnavailable:
+		return controlplane.WeightUnavailable, true
+	}
+	return 0, false
+}
+
+// healthApplier returns the checker's Notify: each batch of results is
+// applied to cp as one change, on the data plane's clock.
+func healthApplier(cp *controlplane.ControlPlane, feeds map[string][]healthFeed, now func() int64, log *zap.Logger) func([]healthcheck.Result) {
+	return func(rs []healthcheck.Result) {
+		if err := cp.ApplyReports(healthReports(rs, feeds), now()); err != nil {
+			log.Warn("health results for unknown backends", zap.Error(err))
+		}
+	}
+}
+
+// healthInfo is one target in /status's runtime.health_checks.
+type healthInfo struct {
+	Target   string   `json:"target"`
+	Check    string   `json:"check"`
+	Type     string   `json:"type"`
+	Address  string   `json:"address"`
+	Services []string `json:"services"`
+	Healthy  bool     `json:"healthy"`
+	Probes   uint64   `json:"probes"`
+	// The latest probe (absent before the first).
+	Pass        *bool    `json:"last_pass,omitempty"`
+	Reason      string   `json:"last_reason,omitempty"`
+	Weight      *uint32  `json:"last_weight,omitempty"`
+	WeightState string   `json:"last_weight_state,omitempty"`
+	LatencyMs   *float64 `json:"last_latency_ms,omitempty"`
+	At          string   `json:"last_at,omitempty"`
+}
+
+// healthStatus reports every target of hc.
+func healthStatus(hc *healthcheck.Checker, feeds map[string][]healthFeed) []healthInfo {
+	st := hc.Status()
+	out := make([]healthInfo, len(st))
+	for i, s := range st {
+		hi := healthInfo{
+			Target: s.Key, Check: s.Check.Name, Type: s.Check.Type.String(),
+			Address:  netip.AddrPortFrom(s.Addr, uint16(s.Check.Port)).String(),
+			Services: []string{}, Healthy: s.Healthy, Probes: s.Probes,
+		}
+		for _, f := range feeds[s.Key] {
+			hi.Services = append(hi.Services, f.service)
+		}
+		if s.Probes > 0 {
+			l := s.Last
+			ms := float64(l.Latency) / float64(time.Millisecond)
+			hi.Pass, hi.Reason, hi.LatencyMs, hi.At = &l.Pass, l.Reason, &ms, l.Time.UTC().Format(time.RFC3339Nano)
+			if l.WeightState != healthcheck.WeightNone {
+				hi.Weight, hi.WeightState = &l.Weight, l.WeightState.String()
+			}
+		}
+		out[i] = hi
+	}
+	return out
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"xlb/config"
+	"xlb/controlplane"
+	"xlb/healthcheck"
+)
+
+// healthConfig: web and dns share 10.0.0.1 and the check "hc"; db probes
+// 10.0.0.1 with its own TCP check.
+const healthConfig = `
+[[health_check]]
+name = "hc"
+type = "HTTP"
+port = 8080
+request_path = "/healthz"
+check_interval_sec = 2
+timeout_sec = 1
+[[health_check]]
+name = "tcp"
+type = "TCP"
+port = 5432
+
+[[backend_service]]
+name = "web"
+locality_lb_policy = "WEIGHTED_MAGLEV"
+health_checks = ["hc"]
+  [[backend_service.backend]]
+  group = "g"
+  endpoints = [ { ip = "10.0.0.1" }, { name = "w2", ip = "10.0.0.2" } ]
+
+[[backend_service]]
+name = "dns"
+protocol = "UDP"
+health_checks = ["hc"]
+  [[backend_service.backend]]
+  group = "g"
+  endpoints = [ { ip = "10.0.0.1" } ]
+
+[[backend_service]]
+name = "db"
+health_checks = ["tcp"]
+  [[backend_service.backend]]
+  group = "g"
+  endpoints = [ { ip = "10.0.0.1" } ]
+
+[[forwarding_rule]]
+name = "web"
+ip_address = "192.0.2.1"
+ip_protocol = "TCP"
+ports = ["80"]
+backend_service = "web"
+[[forwarding_rule]]
+name = "dns"
+ip_address = "192.0.2.1"
+ip_protocol = "UDP"
+ports = ["53"]
+backend_service = "dns"
+[[forwarding_rule]]
+name = "db"
+ip_address = "192.0.2.1"
+ip_protocol = "TCP"
+ports = ["5432"]
+backend_service = "db"
+`
+
+// TestRunHealth_Targets: one probe per check and address, feeding every
+// service that has that backend with that check; its check is the
+// configured one.
+func TestRunHealth_Targets(t *testing.T) {
+	cfg, err := config.Parse("h.toml", []byte(healthConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets, feeds := healthTargets(cfg)
+	var keys []string
+	for _, tg := range targets {
+		keys = append(keys, tg.Key)
+	}
+	if want := []string{"hc/10.0.0.1", "hc/10.0.0.2", "tcp/10.0.0.1"}; !slices.Equal(keys, want) {
+		t.Fatalf("targets %q, want %q", keys, want)
+	}
+	ip1 := netip.MustParseAddr("10.0.0.1")
+	if f := feeds["hc/10.0.0.1"]; !slices.Equal(f, []healthFeed{{"web", ip1}, {"dns", ip1}}) {
+		t.Errorf("hc/10.0.0.1 feeds %+v, want web and dns", f)
+	}
+	if f := feeds["tcp/10.0.0.1"]; !slices.Equal(f, []healthFeed{{"db", ip1}}) {
+		t.Errorf("tcp/10.0.0.1 feeds %+v, want db", f)
+	}
+	ck := targets[0].Check
+	if targets[0].Addr != ip1 || ck.Type != config.CheckHTTP || ck.Port != 8080 || ck.RequestPath != "/healthz" ||
+		ck.CheckInterval != 2*time.Second || ck.Timeout != time.Second {
+		t.Errorf("target %+v: not the configured check", targets[0])
+	}
+	// Every target is one the checker accepts.
+	if err := healthcheck.New(nil, healthcheck.Options{}).Set(targets); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRunHealth_Reports: each result becomes a report for every backend
+// its target feeds, with the weight state converted; a TCP result carries
+// no weight; and the control plane applies them per service.
+func TestRunHealth_Reports(t *testing.T) {
+	cfg, err := config.Parse("h.toml", []byte(healthConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, feeds := healthTargets(cfg)
+	for _, tc := range []struct {
+		in   healthcheck.WeightState
+		want controlplane.WeightState
+	}{
+		{healthcheck.WeightValid, controlplane.WeightValid},
+		{healthcheck.WeightMissing, controlplane.WeightMissing},
+		{healthcheck.WeightInvalid, controlplane.WeightInvalid},
+		{healthcheck.WeightUnavailable, controlplane.WeightUnavailable},
+	} {
+		rs := healthReports([]healthcheck.Result{{Key: "hc/10.0.0.1", Healthy: true, Weight: 4, WeightState: tc.in}}, feeds)
+		if len(rs) != 2 || rs[0].Service != "web" || rs[1].Service != "dns" {
+			t.Fatalf("%v: reports %+v, want web's and dns's", tc.in, rs)
+		}
+		for _, r := range rs {
+			if !r.HasHealth || !r.Healthy || !r.HasWeight || r.Weight != 4 || r.WeightState != tc.want {
+				t.Errorf("%v: report %+v, want healthy, weight 4 %v", tc.in, r, tc.want)
+			}
+		}
+	}
+	rs := healthReports([]healthcheck.Result{{Key: "tcp/10.0.0.1", Healthy: true, WeightState: healthcheck.WeightNone}}, feeds)
+	if len(rs) != 1 || rs[0].Service != "db" || rs[0].HasWeight {
+		t.Errorf("TCP result: %+v, want db's report without a weight", rs)
+	}
+
+	cp, err := controlplane.New(cfg, nil, controlplane.Options{InitialWeight: initialWeight}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply := healthApplier(cp, feeds, func() int64 { return 1 }, zap.NewNop())
+	apply([]healthcheck.Result{
+		{Key: "hc/10.0.0.1", Healthy: true, Weight: 5, WeightState: healthcheck.WeightValid},
+		{Key: "tcp/10.0.0.1", Healthy: false},
+	})
+	snap := cp.Snapshot()
+	for _, svc := range snap.Services {
+		for _, ref := range svc.Members {
+			b := snap.Backend(ref)
+			if b.IP != netip.MustParseAddr("10.0.0.1") {
+				continue
+			}
+			if want := svc.Name != "db"; b.Healthy != want {
+				t.Errorf("%s's 10.0.0.1: healthy %v, want %v", svc.Name, b.Healthy, want)
+			}
+		}
+	}
+}
