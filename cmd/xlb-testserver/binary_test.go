@@ -88,11 +88,11 @@ func TestProcess(t *testing.T) {
 	if raw, _ := os.ReadFile(pidfile); strings.TrimSpace(string(raw)) != fmt.Sprint(cmd.Process.Pid) {
 		t.Errorf("pid file %q, pid %d", raw, cmd.Process.Pid)
 	}
-	// The "serving" line names the bound addresses.
-	m := regexp.MustCompile(`"tcp": \["([0-9.:]+)"\]`).FindStringSubmatch(logs.String())
-	if m == nil {
-		t.Fatalf("no bound address in the log:\n%s", logs.String())
-	}
+	// The "serving" line names the bound addresses; it may be written just
+	// after the pid file.
+	serving := regexp.MustCompile(`"tcp": \["([0-9.:]+)"\]`)
+	var m []string
+	waitFor(t, "the serving log line", func() bool { m = serving.FindStringSubmatch(logs.String()); return m != nil })
 	health := func() (int, string) {
 		resp, err := http.Get("http://" + m[1] + "/healthz")
 		if err != nil {
