@@ -29,8 +29,18 @@ commands:
                                    --summary for a table)
   explain -c FILE --src --dst --proto [--sport --dport --flags --frag ...] [--json]
                                    show the rule, keys, eligible set, Maglev slot and backend
-  run     -c FILE [--log-level L]  forward traffic: XDP and AF_XDP on dataplane.interface
-                                   (root); logs JSON to stderr, stops on SIGTERM/SIGINT
+  run     -c FILE [--log-level L] [--pidfile F]
+                                   forward traffic: XDP and AF_XDP on dataplane.interface
+                                   (root); logs JSON to stderr, stops on SIGTERM/SIGINT,
+                                   reloads the file on SIGHUP
+  reload  -c FILE (--pid PID | --pidfile F)
+                                   validate FILE, then SIGHUP the running xlb run
+  drain   [--admin ADDR | -c FILE] NAME
+                                   take a backend out of service (its flows drain)
+  undrain [--admin ADDR | -c FILE] NAME
+                                   return a drained backend to service
+  status  [--admin ADDR | -c FILE] services and backends of the running xlb, as tables
+                                   (ADDR: [admin] listen of FILE, else 127.0.0.1:9110)
 `
 
 func main() {
@@ -55,6 +65,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdExplain(args[1:], stdout)
 	case "run":
 		err = cmdRun(args[1:], stderr)
+	case "reload":
+		err = cmdReload(args[1:], stdout)
+	case "drain", "undrain":
+		err = cmdDrain(args[0], args[1:], stdout)
+	case "status":
+		err = cmdStatus(args[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -15,14 +16,17 @@ import (
 	"xlb/config"
 )
 
-// cmdRun is `xlb run -c FILE [--log-level LEVEL]`: validate, then hand over
-// to the appliance until SIGTERM or SIGINT. Errors before the appliance
+// cmdRun is `xlb run -c FILE [--log-level LEVEL] [--pidfile FILE]`:
+// validate, then hand over to the appliance until SIGTERM or SIGINT; SIGHUP
+// reloads the file (X2). The pid file, when asked for, is what `xlb
+// reload --pidfile` reads; it is removed on a clean exit. Errors before the appliance
 // starts logging (bad file, no privileges, no interface) come back as one
 // line for main to print; once running, everything goes through the logger.
 func cmdRun(args []string, stderr io.Writer) error {
 	fs := newFlags("run")
 	path := fs.String("c", "", "configuration file")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	pidfile := fs.String("pidfile", "", "write the process id to FILE")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -43,12 +47,22 @@ func cmdRun(args []string, stderr io.Writer) error {
 	if err := cfg.ValidateForRun(); err != nil {
 		return err
 	}
+	// From here on a SIGHUP reloads instead of ending the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	if *pidfile != "" {
+		if err := os.WriteFile(*pidfile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+			return fmt.Errorf("xlb run: --pidfile: %w", err)
+		}
+		defer os.Remove(*pidfile)
+	}
 	log := newLogger(stderr, lvl)
 	defer func() { _ = log.Sync() }()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	return runAppliance(ctx, cfg, log)
+	return runAppliance(ctx, cfg, log, hup)
 }
 
 // newLogger logs JSON lines (zap's production encoding, ISO 8601 times) to

@@ -79,10 +79,11 @@ func weightState(s healthcheck.WeightState) (controlplane.WeightState, bool) {
 }
 
 // healthApplier returns the checker's Notify: each batch of results is
-// applied to cp as one change, on the data plane's clock.
-func healthApplier(cp *controlplane.ControlPlane, feeds map[string][]healthFeed, now func() int64, log *zap.Logger) func([]healthcheck.Result) {
+// applied to cp as one change, on the data plane's clock, through the
+// feeds of the running configuration (a reload replaces them).
+func healthApplier(cp *controlplane.ControlPlane, feeds func() map[string][]healthFeed, now func() int64, log *zap.Logger) func([]healthcheck.Result) {
 	return func(rs []healthcheck.Result) {
-		if err := cp.ApplyReports(healthReports(rs, feeds), now()); err != nil {
+		if err := cp.ApplyReports(healthReports(rs, feeds()), now()); err != nil {
 			log.Warn("health results for unknown backends", zap.Error(err))
 		}
 	}

@@ -142,7 +142,7 @@ func TestRunHealth_Reports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apply := healthApplier(cp, feeds, func() int64 { return 1 }, zap.NewNop())
+	apply := healthApplier(cp, func() map[string][]healthFeed { return feeds }, func() int64 { return 1 }, zap.NewNop())
 	apply([]healthcheck.Result{
 		{Key: "hc/10.0.0.1", Healthy: true, Weight: 5, WeightState: healthcheck.WeightValid},
 		{Key: "tcp/10.0.0.1", Healthy: false},

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
@@ -36,8 +38,9 @@ const initialWeight = 0
 // resource is released by a defer, in reverse order of creation, on every
 // return path: workers stop before their sockets close, and the XDP
 // program is detached (its link closed) before its maps are. The link is a
-// bpf_link, so even a kill -9 leaves no program behind.
-func runAppliance(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
+// bpf_link, so even a kill -9 leaves no program behind. Each signal on hup
+// reloads cfg's file (X2).
+func runAppliance(ctx context.Context, cfg *config.Config, log *zap.Logger, hup <-chan os.Signal) error {
 	d := &cfg.Dataplane
 	ifname := d.Interface
 	// The checks that fail for an operator's mistake come first and end in
@@ -114,9 +117,12 @@ func runAppliance(ctx context.Context, cfg *config.Config, log *zap.Logger) erro
 
 	// Health checks, on this namespace's kernel stack: the XDP program
 	// passes their replies (not VIP traffic) to the kernel.
-	targets, feeds := healthTargets(cfg)
+	targets, firstFeeds := healthTargets(cfg)
+	// A reload replaces the feeds.
+	feeds := &atomic.Pointer[map[string][]healthFeed]{}
+	feeds.Store(&firstFeeds)
 	hlog := base.Named("healthcheck")
-	hc := healthcheck.New(hlog, healthcheck.Options{Notify: healthApplier(cp, feeds, worker.NowMs, hlog)})
+	hc := healthcheck.New(hlog, healthcheck.Options{Notify: healthApplier(cp, func() map[string][]healthFeed { return *feeds.Load() }, worker.NowMs, hlog)})
 	if err := hc.Set(targets); err != nil {
 		return fmt.Errorf("xlb run: %w", err)
 	}
@@ -206,8 +212,11 @@ func runAppliance(ctx context.Context, cfg *config.Config, log *zap.Logger) erro
 		stats[i] = admin.QueueStats{Queue: w.Queue(), Stats: w.Stats()}
 	}
 	info := runInfo{ifname: ifname, ifindex: attrs.Index, mode: mode, zeroCopy: d.ZeroCopy, objs: objs, sockets: sockets, rings: rings, workers: workers,
-		health: func() []healthInfo { return healthStatus(hc, feeds) }}
-	srv, err := admin.New(cfg.Admin.Listen, &runSources{cp: cp, ct: ct, workers: stats, now: worker.NowMs, info: info.get}, log.Named("admin"))
+		health: func() []healthInfo { return healthStatus(hc, *feeds.Load()) }}
+	rl := &reloader{path: cfg.Path, vips: objs, neigh: res, hc: hc, cp: cp, feeds: feeds, now: worker.NowMs,
+		log: log.Named("reload"), cur: cfg}
+	srv, err := admin.New(cfg.Admin.Listen, &runSources{cp: cp, ct: ct, workers: stats, now: worker.NowMs, info: info.get,
+		reloads: rl.report}, log.Named("admin"))
 	if err != nil {
 		return fmt.Errorf("xlb run: %w", err)
 	}
@@ -223,13 +232,18 @@ func runAppliance(ctx context.Context, cfg *config.Config, log *zap.Logger) erro
 	}()
 
 	logSummary(log, cfg, queues, cpus, mode, sockets, vips, srv.Addr().String())
-	select {
-	case <-ctx.Done():
-		log.Info("signal received: stopping")
-		return nil
-	case err := <-failed:
-		log.Error("a worker failed: stopping", zap.Error(err))
-		return fmt.Errorf("xlb run: %w", err)
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("signal received: stopping")
+			return nil
+		case err := <-failed:
+			log.Error("a worker failed: stopping", zap.Error(err))
+			return fmt.Errorf("xlb run: %w", err)
+		case <-hup:
+			log.Info("SIGHUP: reloading", zap.String("file", cfg.Path))
+			_ = rl.reload() // it logs and counts its errors
+		}
 	}
 }
 

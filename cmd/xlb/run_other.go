@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"errors"
+	"os"
 
 	"go.uber.org/zap"
 
@@ -13,6 +14,6 @@ import (
 
 // runAppliance needs XDP and AF_XDP: Linux only. check, sim and explain
 // work everywhere.
-func runAppliance(context.Context, *config.Config, *zap.Logger) error {
+func runAppliance(context.Context, *config.Config, *zap.Logger, <-chan os.Signal) error {
 	return errors.New("xlb run needs Linux (XDP and AF_XDP); check, sim and explain work here")
 }

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+
 	"xlb/conntrack"
 	"xlb/controlplane"
 	"xlb/controlplane/admin"
@@ -16,9 +19,33 @@ type runSources struct {
 	workers []admin.QueueStats
 	now     func() int64
 	info    func() map[string]any
+	reloads func() admin.ReloadReport
 }
 
-var _ admin.Sources = (*runSources)(nil)
+var (
+	_ admin.Sources  = (*runSources)(nil)
+	_ admin.Operator = (*runSources)(nil)
+	_ admin.Reloads  = (*runSources)(nil)
+)
+
+// Drain and Undrain are the operator's (POST /drain, /undrain), on the
+// data plane's clock.
+func (s *runSources) Drain(name string) error   { return opErr(name, s.cp.Drain(name, s.now())) }
+func (s *runSources) Undrain(name string) error { return opErr(name, s.cp.Undrain(name, s.now())) }
+
+func opErr(name string, err error) error {
+	if errors.Is(err, controlplane.ErrUnknownBackend) {
+		return fmt.Errorf("%w %q: no current endpoint has this name or address", admin.ErrUnknownBackend, name)
+	}
+	return err
+}
+
+func (s *runSources) Reloads() admin.ReloadReport {
+	if s.reloads == nil {
+		return admin.ReloadReport{}
+	}
+	return s.reloads()
+}
 
 func (s *runSources) Snapshot() *dataplane.Snapshot { return s.cp.Snapshot() }
 func (s *runSources) Workers() []admin.QueueStats   { return s.workers }

@@ -44,6 +44,11 @@ var (
 	descGeneration = prometheus.NewDesc("xlb_snapshot_generation",
 		"Generation of the published snapshot; it grows with every change of configuration, health, weight or drain.", nil, nil)
 
+	descReloadOK = prometheus.NewDesc("xlb_reload_success_total",
+		"Configuration reloads (SIGHUP) applied.", nil, nil)
+	descReloadFail = prometheus.NewDesc("xlb_reload_failure_total",
+		"Configuration reloads (SIGHUP) rejected: invalid file, or a change that needs a restart; the running configuration stayed.", nil, nil)
+
 	descSvcPackets = prometheus.NewDesc("xlb_service_forwarded_packets_total",
 		"Frames forwarded to the service's backends.", serviceLabels, nil)
 	descSvcBytes = prometheus.NewDesc("xlb_service_forwarded_bytes_total",
@@ -81,7 +86,7 @@ var (
 	allDescs = []*prometheus.Desc{
 		descQueueRX, descQueueTX, descQueuePass, descQueueDrops, descQueueEvictions,
 		descCTEntries, descCTCapacity, descCTInserts, descCTUpdates, descCTEvictions, descCTReclaimed, descCTDeletes,
-		descGeneration,
+		descGeneration, descReloadOK, descReloadFail,
 		descSvcPackets, descSvcBytes, descSvcNew, descSvcDrops, descSvcSide, descSvcEligible, descSvcBackends,
 		descBePackets, descBeBytes, descBeNew, descBeHealthy, descBeWeight, descBeEligible, descBeReady,
 		descBeRemoved, descBeDraining,
@@ -148,6 +153,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descCTDeletes, ct.Deletes)
 	}
 	gauge(descGeneration, float64(r.Generation))
+	if rl := r.Reloads; rl != nil {
+		counter(descReloadOK, rl.Success)
+		counter(descReloadFail, rl.Failure)
+	}
 
 	// A label set must appear once per metric or the whole scrape fails;
 	// two backends could only share one (service, name, ip) across a

@@ -101,6 +101,8 @@ func TestMetrics(t *testing.T) {
 		`xlb_service_side{service="dns"}`:                    0,
 		`xlb_service_eligible_backends{service="dns"}`:       1,
 		`xlb_service_backends{service="dns"}`:                1,
+		`xlb_reload_success_total{}`:                         0,
+		`xlb_reload_failure_total{}`:                         0,
 	}
 	for _, reason := range []string{"malformed", "no-rule", "source-not-allowed", "no-eligible-backend",
 		"backend-not-ready", "no-encap-source", "too-big", "table-full"} {

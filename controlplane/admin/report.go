@@ -21,6 +21,9 @@ type Report struct {
 	// Orphans are backends still draining from a service that left the
 	// configuration.
 	Orphans []BackendReport `json:"orphans,omitempty"`
+	// Reloads and LastReload: from a source that reloads (Reloads).
+	Reloads    *ReloadReport `json:"reloads,omitempty"`
+	LastReload *LastReload   `json:"last_reload,omitempty"`
 }
 
 // ConntrackReport is the tracking table's occupancy and activity.
@@ -106,6 +109,10 @@ func Gather(src Sources) *Report {
 		if c > 0 {
 			r.Conntrack.Occupancy = float64(n) / float64(c)
 		}
+	}
+	if rl, ok := src.(Reloads); ok {
+		rr := rl.Reloads()
+		r.Reloads, r.LastReload = &rr, rr.Last
 	}
 	if snap == nil {
 		return r

@@ -7,6 +7,7 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"xlb/conntrack"
+	"xlb/controlplane"
 	"xlb/controlplane/admin"
 	"xlb/controlplane/cptest"
 	"xlb/dataplane"
@@ -82,6 +84,7 @@ type rigSources struct {
 	rig     *cptest.Rig
 	workers []admin.QueueStats
 	info    map[string]any
+	reloads admin.ReloadReport
 }
 
 func (s *rigSources) Snapshot() *dataplane.Snapshot { return s.rig.CP.Snapshot() }
@@ -89,6 +92,19 @@ func (s *rigSources) Workers() []admin.QueueStats   { return s.workers }
 func (s *rigSources) Conntrack() *conntrack.Table   { return s.rig.Conntrack() }
 func (s *rigSources) Now() int64                    { return s.rig.Now }
 func (s *rigSources) Info() map[string]any          { return s.info }
+func (s *rigSources) Reloads() admin.ReloadReport   { return s.reloads }
+
+// Drain and Undrain act on the rig's control plane at its clock, as `xlb
+// run` does on its own.
+func (s *rigSources) Drain(name string) error   { return opErr(s.rig.CP.Drain(name, s.rig.Now)) }
+func (s *rigSources) Undrain(name string) error { return opErr(s.rig.CP.Undrain(name, s.rig.Now)) }
+
+func opErr(err error) error {
+	if errors.Is(err, controlplane.ErrUnknownBackend) {
+		return fmt.Errorf("%w: %v", admin.ErrUnknownBackend, err)
+	}
+	return err
+}
 
 // newRig starts the rig with its own worker on queue 0.
 func newRig(t *testing.T) (*cptest.Rig, *rigSources) {

@@ -24,6 +24,7 @@ var ErrStarted = errors.New("admin: server already started or closed")
 //	GET /metrics  Prometheus text format (METRICS.md), from a private registry
 //	GET /status   Report as JSON
 //	GET /healthz  200 "ok" while the process serves
+//	POST /drain?backend=NAME, /undrain?backend=NAME  (Operator; loopback clients only)
 type Server struct {
 	listen string
 	log    *zap.Logger
@@ -86,6 +87,8 @@ func New(listen string, src Sources, log *zap.Logger) (*Server, error) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	mux.HandleFunc("POST /drain", operate(src, false))
+	mux.HandleFunc("POST /undrain", operate(src, true))
 	return &Server{
 		listen: listen,
 		log:    log,

@@ -80,7 +80,7 @@ func TestStatus(t *testing.T) {
 		"drops":   keys(q["drops"].(map[string]any)),
 	} {
 		want := map[string][]string{
-			"top":     {"conntrack", "generation", "now_ms", "queues", "runtime", "services"},
+			"top":     {"conntrack", "generation", "now_ms", "queues", "reloads", "runtime", "services"},
 			"service": {"backends", "drops", "eligible", "forwarded_bytes", "forwarded_packets", "id", "name", "new_connections", "side", "why"},
 			"backend": {"draining", "eligible", "failover", "forwarded_bytes", "forwarded_packets", "group", "healthy", "ip", "name",
 				"new_connections", "ready", "removed", "reported_weight", "weight"},

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"xlb/conntrack"
+	"xlb/controlplane/admin"
+	"xlb/controlplane/cptest"
+	"xlb/dataplane"
+)
+
+// ctlConfig: web has two primaries and a failover, one unnamed backend in
+// dns.
+const ctlConfig = `
+[[health_check]]
+name = "hc"
+type = "HTTP"
+
+[[backend_service]]
+name = "web"
+protocol = "TCP"
+health_checks = ["hc"]
+connection_draining_timeout_sec = 30
+  [[backend_service.backend]]
+  group = "pool-a"
+  endpoints = [ { name = "b1", ip = "10.0.1.1" }, { name = "b2", ip = "10.0.1.2" } ]
+  [[backend_service.backend]]
+  group = "spare"
+  failover = true
+  endpoints = [ { name = "f1", ip = "10.0.3.1" } ]
+
+[[backend_service]]
+name = "dns"
+protocol = "UDP"
+health_checks = ["hc"]
+  [[backend_service.backend]]
+  group = "pool-d"
+  endpoints = [ { ip = "10.0.4.1" } ]
+
+[[forwarding_rule]]
+name = "web-tcp"
+ip_address = "203.0.113.10"
+ip_protocol = "TCP"
+ports = ["80"]
+backend_service = "web"
+
+[[forwarding_rule]]
+name = "dns-udp"
+ip_address = "203.0.113.10"
+ip_protocol = "UDP"
+ports = ["53"]
+backend_service = "dns"
+`
+
+// ctlSources serves a cptest rig through a real admin listener, with
+// drain and a reload history, as `xlb run` does.
+type ctlSources struct {
+	rig *cptest.Rig
+}
+
+func (s *ctlSources) Snapshot() *dataplane.Snapshot { return s.rig.CP.Snapshot() }
+func (s *ctlSources) Workers() []admin.QueueStats {
+	return []admin.QueueStats{{Queue: 0, Stats: s.rig.W.Stats()}}
+}
+func (s *ctlSources) Conntrack() *conntrack.Table { return s.rig.Conntrack() }
+func (s *ctlSources) Now() int64                  { return s.rig.Now }
+func (s *ctlSources) Info() map[string]any        { return nil }
+func (s *ctlSources) Drain(name string) error     { return opErr(name, s.rig.CP.Drain(name, s.rig.Now)) }
+func (s *ctlSources) Undrain(name string) error {
+	return opErr(name, s.rig.CP.Undrain(name, s.rig.Now))
+}
+func (s *ctlSources) Reloads() admin.ReloadReport {
+	return admin.ReloadReport{Success: 3, Failure: 1, Last: &admin.LastReload{At: "2026-01-02T03:04:05Z", OK: true}}
+}
+
+// startAdmin serves a rig on a loopback port and returns its address.
+func startAdmin(t *testing.T) (*cptest.Rig, string) {
+	t.Helper()
+	r := cptest.New(t, ctlConfig)
+	srv, err := admin.New("127.0.0.1:0", &ctlSources{rig: r}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close(t.Context()) })
+	return r, srv.Addr().String()
+}
+
+// columns finds the row of the table whose first two cells are svc and
+// name and returns its cells.
+func columns(t *testing.T, table, svc, name string) []string {
+	t.Helper()
+	for line := range strings.Lines(table) {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == svc && f[1] == name {
+			return f
+		}
+	}
+	t.Fatalf("no row %s %s in:\n%s", svc, name, table)
+	return nil
+}
+
+// TestStatusTable: `xlb status` prints the services (side, eligible set
+// size, why) and every backend with its state and counters, as /status
+// reports them; -c FILE finds the listener through [admin] listen.
+func TestStatusTable(t *testing.T) {
+	r, addr := startAdmin(t)
+	// Flows until b1 has one connection of three packets.
+	for sport := uint16(40000); ; sport++ {
+		if r.Send(cptest.TCP("198.51.100.7", "203.0.113.10", sport, 80, "S")).BackendName() != "b1" {
+			continue
+		}
+		r.Send(cptest.TCP("198.51.100.7", "203.0.113.10", sport, 80, "A"))
+		r.Send(cptest.TCP("198.51.100.7", "203.0.113.10", sport, 80, "A"))
+		break
+	}
+	if err := r.CP.Drain("b2", r.Now); err != nil {
+		t.Fatal(err)
+	}
+	r.Health("f1", false)
+
+	o := xlb("status", "--admin", addr)
+	o.wantCode(t, 0)
+	if !strings.Contains(o.stdout, "reloads 3 ok, 1 failed, last reload ok at 2026-01-02T03:04:05Z") {
+		t.Errorf("no reload summary in:\n%s", o.stdout)
+	}
+	web := columns(t, o.stdout, "web", "primary")
+	if web[2] != "1" {
+		t.Errorf("web eligible %s, want 1 (b2 drained): %v", web[2], web)
+	}
+	columns(t, o.stdout, "dns", "primary")
+	b1 := columns(t, o.stdout, "web", "b1")
+	want := []string{"web", "b1", "10.0.1.1", "pool-a", "primary", "healthy", "1", "yes", "active", "3", "1"}
+	if strings.Join(b1, " ") != strings.Join(want, " ") {
+		t.Errorf("b1 row %v, want %v", b1, want)
+	}
+	b2 := columns(t, o.stdout, "web", "b2")
+	if b2[7] != "no" || b2[8] != "draining" || b2[9] != "30.0s" {
+		t.Errorf("b2 row %v, want not eligible, draining 30.0s", b2)
+	}
+	f1 := columns(t, o.stdout, "web", "f1")
+	if f1[4] != "failover" || f1[5] != "unhealthy" {
+		t.Errorf("f1 row %v, want failover, unhealthy", f1)
+	}
+	columns(t, o.stdout, "dns", "10.0.4.1")
+
+	cfg := filepath.Join(t.TempDir(), "x.toml")
+	if err := os.WriteFile(cfg, []byte(ctlConfig+fmt.Sprintf("\n[admin]\nlisten = %q\n", addr)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if o2 := xlb("status", "-c", cfg); o2.code != 0 || o2.stdout != o.stdout {
+		t.Errorf("status -c: exit %d, output differs from --admin's:\n%s\nstderr %s", o2.code, o2.stdout, o2.stderr)
+	}
+}
+
+// TestDrainCommands: drain takes b1 out of the eligible set, undrain
+// returns it; an unknown name or no listener exits 1 saying why; a missing
+// NAME is a usage error.
+func TestDrainCommands(t *testing.T) {
+	r, addr := startAdmin(t)
+	eligible := func() int { return len(r.CP.Snapshot().Services[0].Eligible) }
+	before := eligible()
+
+	o := xlb("drain", "--admin", addr, "b1")
+	o.wantCode(t, 0)
+	if o.stdout != "drained b1\n" || eligible() != before-1 {
+		t.Errorf("drain: %q, eligible %d -> %d", o.stdout, before, eligible())
+	}
+	o = xlb("undrain", "--admin", addr, "b1")
+	o.wantCode(t, 0)
+	if o.stdout != "undrained b1\n" || eligible() != before {
+		t.Errorf("undrain: %q, eligible %d, want %d", o.stdout, eligible(), before)
+	}
+	o = xlb("drain", "--admin", addr, "nope")
+	o.wantCode(t, 1)
+	if !strings.Contains(o.stderr, `unknown backend "nope"`) {
+		t.Errorf("drain nope: stderr %q", o.stderr)
+	}
+	xlb("drain", "--admin", addr).wantCode(t, 2)
+	xlb("drain", "--admin", "nohostport", "b1").wantCode(t, 2)
+	o = xlb("drain", "--admin", "127.0.0.1:1", "b1")
+	o.wantCode(t, 1)
+	if !strings.Contains(o.stderr, "is xlb running?") {
+		t.Errorf("no listener: stderr %q", o.stderr)
+	}
+}
+
+// TestAdminAddr: --admin wins, then the file's [admin] listen, then the
+// default; an unspecified host means loopback.
+func TestAdminAddr(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "x.toml")
+	if err := os.WriteFile(cfg, []byte(ctlConfig+"\n[admin]\nlisten = \"0.0.0.0:9555\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "127.0.0.1:9110"},
+		{[]string{"--admin", "127.0.0.2:1"}, "127.0.0.2:1"},
+		{[]string{"-c", cfg}, "127.0.0.1:9555"},
+		{[]string{"-c", cfg, "--admin", "[::]:7"}, "[::1]:7"},
+		{[]string{"--admin", ":8"}, "127.0.0.1:8"},
+	} {
+		got, _, err := adminFlags("status", tc.args)
+		if err != nil || got != tc.want {
+			t.Errorf("%v: %q, %v; want %q", tc.args, got, err, tc.want)
+		}
+	}
+}
+
+// TestReloadCommand: the file is validated before anything is sent; the
+// pid comes from --pid or --pidfile and must be an `xlb run`; the process
+// gets SIGHUP.
+func TestReloadCommand(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.toml")
+	bad := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(good, []byte(ctlConfig+"\n[dataplane]\ninterface = \"eth0\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte(strings.Replace(ctlConfig, `ports = ["80"]`, `ports = ["80-"]`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A stand-in for xlb run: its command line has "run", and it records
+	// each SIGHUP.
+	got := filepath.Join(dir, "hups")
+	proc := exec.Command("sh", "-c", `trap 'echo hup >> "$0"' HUP; while :; do sleep 0.05; done`, got, "run")
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proc.Process.Kill(); _ = proc.Wait() })
+	pidfile := filepath.Join(dir, "xlb.pid")
+	if err := os.WriteFile(pidfile, []byte(strconv.Itoa(proc.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	selfPid := filepath.Join(dir, "self.pid")
+	if err := os.WriteFile(selfPid, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	xlb("reload", "--pidfile", pidfile).wantCode(t, 2)
+	xlb("reload", "-c", good).wantCode(t, 2)
+	xlb("reload", "-c", good, "--pid", "1", "--pidfile", pidfile).wantCode(t, 2)
+	o := xlb("reload", "-c", bad, "--pidfile", pidfile)
+	o.wantCode(t, 1)
+	if !strings.Contains(o.stderr, "bad.toml") || !strings.Contains(o.stderr, "nothing sent") {
+		t.Errorf("invalid file: stderr %q", o.stderr)
+	}
+	o = xlb("reload", "-c", ctlConfigFile(t, dir), "--pidfile", pidfile)
+	o.wantCode(t, 1)
+	if !strings.Contains(o.stderr, "dataplane.interface") {
+		t.Errorf("no interface: stderr %q, want ValidateForRun's error", o.stderr)
+	}
+	o = xlb("reload", "-c", good, "--pidfile", selfPid)
+	o.wantCode(t, 1)
+	if !strings.Contains(o.stderr, "is not xlb run") {
+		t.Errorf("pid of another process: stderr %q", o.stderr)
+	}
+	o = xlb("reload", "-c", good, "--pidfile", filepath.Join(dir, "none.pid"))
+	o.wantCode(t, 1)
+
+	time.Sleep(100 * time.Millisecond) // the trap is set
+	o = xlb("reload", "-c", good, "--pidfile", pidfile)
+	o.wantCode(t, 0)
+	if !strings.Contains(o.stdout, "sent SIGHUP") {
+		t.Errorf("stdout %q", o.stdout)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(got)
+		if string(b) == "hup\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the process recorded %q, want one SIGHUP", b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ctlConfigFile writes ctlConfig, which has no [dataplane] interface.
+func ctlConfigFile(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "noiface.toml")
+	if err := os.WriteFile(p, []byte(ctlConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

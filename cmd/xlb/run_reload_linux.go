@@ -1,0 +1,171 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"xlb/config"
+	"xlb/controlplane"
+	"xlb/controlplane/admin"
+	"xlb/controlplane/neigh"
+	"xlb/healthcheck"
+)
+
+// errRestart marks a reload that changes what only a restart can apply.
+var errRestart = errors.New("restart required")
+
+// reloader applies a new configuration file on SIGHUP (X2). Its parts are
+// interfaces so that the order of the steps can be tested without root.
+type reloader struct {
+	path  string
+	vips  interface{ SetVIPs([]netip.Addr) error }
+	neigh interface{ Want([]neigh.Target) }
+	hc    interface {
+		Set([]healthcheck.Target) error
+	}
+	cp    *controlplane.ControlPlane
+	feeds *atomic.Pointer[map[string][]healthFeed]
+	now   func() int64
+	log   *zap.Logger
+
+	mu       sync.Mutex
+	cur      *config.Config
+	ok, fail uint64
+	last     *admin.LastReload
+}
+
+// reload loads and validates the file, then applies it: VIPs added to the
+// XDP program's map first (so traffic for them is steered once the
+// control plane has them), neighbours and health checks of the new
+// backends, the control plane as one atomic step (kept backends keep their
+// refs and flows, removed ones drain per M5), then the VIPs that left.
+// Any error leaves the running configuration as it was.
+func (r *reloader) reload() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	err := r.apply()
+	if err != nil {
+		r.fail++
+		var errs []string
+		for _, e := range flatten(err) {
+			errs = append(errs, e.Error())
+			r.log.Error("reload rejected: the running configuration stays", zap.String("file", r.path), zap.Error(e))
+		}
+		r.last = &admin.LastReload{At: time.Now().UTC().Format(time.RFC3339Nano), Errors: errs}
+	}
+	return err
+}
+
+func (r *reloader) apply() error {
+	cfg, err := config.Load(r.path)
+	if err != nil {
+		return err
+	}
+	if err := cfg.ValidateForRun(); err != nil {
+		return err
+	}
+	if err := restartNeeded(r.cur, cfg); err != nil {
+		return err
+	}
+	oldVIPs, newVIPs := configVIPs(r.cur), configVIPs(cfg)
+	if err := r.vips.SetVIPs(union(oldVIPs, newVIPs)); err != nil {
+		return fmt.Errorf("setting the VIPs: %w", err)
+	}
+	r.neigh.Want(neigh.TargetsOf(cfg))
+	targets, feeds := healthTargets(cfg)
+	if err := r.hc.Set(targets); err != nil {
+		r.neigh.Want(neigh.TargetsOf(r.cur))
+		_ = r.vips.SetVIPs(oldVIPs)
+		return err
+	}
+	// At is just before the control plane's clock is read: drains of
+	// removed backends end timeout after At, never before.
+	at := time.Now()
+	d, err := r.cp.Apply(cfg, r.now())
+	if err != nil {
+		// Put everything back as it was.
+		oldTargets, _ := healthTargets(r.cur)
+		_ = r.hc.Set(oldTargets)
+		r.neigh.Want(neigh.TargetsOf(r.cur))
+		_ = r.vips.SetVIPs(oldVIPs)
+		return fmt.Errorf("control plane: %w", err)
+	}
+	// Results of the new targets count from here on (until now they were
+	// dropped; the checker reports every probe, so none is lost for good).
+	r.feeds.Store(&feeds)
+	if err := r.vips.SetVIPs(newVIPs); err != nil {
+		// The union stays: stale VIPs go to workers that find no rule.
+		r.log.Warn("removing stale VIPs", zap.Error(err))
+	}
+	r.cur = cfg
+	r.ok++
+	r.last = &admin.LastReload{At: at.UTC().Format(time.RFC3339Nano), OK: true,
+		ServicesAdded: d.ServicesAdded, ServicesRemoved: d.ServicesRemoved,
+		BackendsAdded: d.BackendsAdded, BackendsRemoved: d.BackendsRemoved, BackendsKept: d.BackendsKept}
+	r.log.Info("configuration reloaded", zap.String("file", r.path),
+		zap.Strings("services_added", d.ServicesAdded), zap.Strings("services_removed", d.ServicesRemoved),
+		zap.Strings("backends_added", d.BackendsAdded), zap.Strings("backends_removed", d.BackendsRemoved),
+		zap.Int("backends_kept", d.BackendsKept), zap.Int("vips", len(newVIPs)))
+	return nil
+}
+
+// report is what /metrics and /status show.
+func (r *reloader) report() admin.ReloadReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return admin.ReloadReport{Success: r.ok, Failure: r.fail, Last: r.last}
+}
+
+// restartNeeded names every [dataplane] and [admin] setting that differs:
+// sockets, queues, rings, the conntrack table and the listener are made
+// once, at start.
+func restartNeeded(old, cfg *config.Config) error {
+	a, b := &old.Dataplane, &cfg.Dataplane
+	var errs []error
+	diff := func(field string, same bool) {
+		if !same {
+			errs = append(errs, fmt.Errorf("%s changed: %w (it is applied only at start)", field, errRestart))
+		}
+	}
+	diff("dataplane.interface", a.Interface == b.Interface)
+	diff("dataplane.queues", a.AllQueues == b.AllQueues && slices.Equal(a.Queues, b.Queues))
+	diff("dataplane.cpus", slices.Equal(a.CPUs, b.CPUs))
+	diff("dataplane.xdp_mode", a.XDPMode == b.XDPMode)
+	diff("dataplane.zero_copy", a.ZeroCopy == b.ZeroCopy)
+	diff("dataplane.frame_size", a.FrameSize == b.FrameSize)
+	diff("dataplane.ring_size", a.RingSize == b.RingSize)
+	diff("dataplane.conntrack_capacity", a.ConntrackCapacity == b.ConntrackCapacity)
+	diff("admin.listen", old.Admin.Listen == cfg.Admin.Listen)
+	return errors.Join(errs...)
+}
+
+// union lists a's addresses, then b's that a lacks.
+func union(a, b []netip.Addr) []netip.Addr {
+	out := slices.Clone(a)
+	for _, x := range b {
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// flatten lists the errors that errors.Join (config.Load's several
+// problems, restartNeeded's fields) put together, each to be logged once.
+func flatten(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}

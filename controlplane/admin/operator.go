@@ -1,0 +1,93 @@
+package admin
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+)
+
+// ErrUnknownBackend is what an Operator returns for a name that is no
+// current backend; the listener answers 404.
+var ErrUnknownBackend = errors.New("unknown backend")
+
+// Operator is what a source adds to let an operator drain a backend
+// without editing the file (optional: POST /drain and /undrain answer 501
+// without it). Name is an endpoint's name or address.
+type Operator interface {
+	Drain(name string) error
+	Undrain(name string) error
+}
+
+// Reloads is what a source that reloads its configuration adds (optional):
+// its counters go to /metrics, its last reload to /status.
+type Reloads interface {
+	Reloads() ReloadReport
+}
+
+// ReloadReport counts configuration reloads since start.
+type ReloadReport struct {
+	Success uint64      `json:"success"`
+	Failure uint64      `json:"failure"`
+	Last    *LastReload `json:"-"` // served as Report.LastReload
+}
+
+// LastReload is the outcome of the latest reload.
+type LastReload struct {
+	// At is the time in RFC 3339; a successful reload's is the moment
+	// just before it was applied, when the drains it started began.
+	At     string   `json:"at"`
+	OK     bool     `json:"ok"`
+	Errors []string `json:"errors,omitempty"`
+	// What changed (a successful reload).
+	ServicesAdded   []string `json:"services_added,omitempty"`
+	ServicesRemoved []string `json:"services_removed,omitempty"`
+	BackendsAdded   []string `json:"backends_added,omitempty"`
+	BackendsRemoved []string `json:"backends_removed,omitempty"`
+	BackendsKept    int      `json:"backends_kept"`
+}
+
+// operate serves POST /drain and /undrain: only to loopback clients, since
+// the listener has no authentication and may listen on the network.
+func operate(src Sources, undrain bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		if !fromLoopback(req.RemoteAddr) {
+			http.Error(w, "drain and undrain are accepted from loopback clients only", http.StatusForbidden)
+			return
+		}
+		op, ok := src.(Operator)
+		if !ok {
+			http.Error(w, "this listener cannot drain backends", http.StatusNotImplemented)
+			return
+		}
+		name := req.URL.Query().Get("backend")
+		if name == "" {
+			http.Error(w, "missing ?backend=NAME", http.StatusBadRequest)
+			return
+		}
+		verb, fn := "drained", op.Drain
+		if undrain {
+			verb, fn = "undrained", op.Undrain
+		}
+		if err := fn(name); err != nil {
+			code := http.StatusInternalServerError
+			if errors.Is(err, ErrUnknownBackend) {
+				code = http.StatusNotFound
+			}
+			http.Error(w, err.Error(), code)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = fmt.Fprintf(w, "%s %s\n", verb, name)
+	}
+}
+
+func fromLoopback(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		return false
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
+}

@@ -1,0 +1,89 @@
+package admin_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"xlb/controlplane/admin"
+)
+
+func post(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 512)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return resp.StatusCode, b.String()
+}
+
+// TestDrainEndpoints: POST /drain removes a backend from its service's
+// eligible set (M5) and /undrain returns it; an unknown name is 404, a
+// missing one 400, and GET is not accepted.
+func TestDrainEndpoints(t *testing.T) {
+	r, src := newRig(t)
+	base := startServer(t, src)
+	eligible := func() []string {
+		rep, _ := status(t, base)
+		return rep.Services[0].Eligible
+	}
+	if got := eligible(); len(got) != 2 {
+		t.Fatalf("eligible before drain: %v, want b1 b2", got)
+	}
+	if code, body := post(t, base+"/drain?backend=b1"); code != 200 || body != "drained b1\n" {
+		t.Fatalf("POST /drain: %d %q", code, body)
+	}
+	if got := eligible(); len(got) != 1 || got[0] != "b2" {
+		t.Fatalf("eligible after drain: %v, want [b2]", got)
+	}
+	rep, _ := status(t, base)
+	for _, b := range rep.Services[0].Backends {
+		if b.Name == "b1" && (!b.Removed || !b.Draining) {
+			t.Errorf("b1 after drain: %+v, want removed and draining", b)
+		}
+	}
+	if code, body := post(t, base+"/undrain?backend=b1"); code != 200 || body != "undrained b1\n" {
+		t.Fatalf("POST /undrain: %d %q", code, body)
+	}
+	if got := eligible(); len(got) != 2 {
+		t.Fatalf("eligible after undrain: %v, want b1 b2", got)
+	}
+	if code, body := post(t, base+"/drain?backend=nope"); code != 404 || !strings.Contains(body, "nope") {
+		t.Errorf("POST /drain?backend=nope: %d %q, want 404 naming it", code, body)
+	}
+	if code, _ := post(t, base+"/drain"); code != 400 {
+		t.Errorf("POST /drain without backend: %d, want 400", code)
+	}
+	get(t, base+"/drain?backend=b1", http.StatusMethodNotAllowed)
+	_ = r
+}
+
+// TestReloadReport: a source's reload counters are exported and its last
+// reload is in /status.
+func TestReloadReport(t *testing.T) {
+	_, src := newRig(t)
+	src.reloads = admin.ReloadReport{Success: 2, Failure: 1,
+		Last: &admin.LastReload{At: "2026-01-01T00:00:00Z", Errors: []string{"bad"}}}
+	base := startServer(t, src)
+	vals, _ := scrape(t, base)
+	if vals["xlb_reload_success_total{}"] != 2 || vals["xlb_reload_failure_total{}"] != 1 {
+		t.Errorf("reload counters %v / %v, want 2 / 1", vals["xlb_reload_success_total{}"], vals["xlb_reload_failure_total{}"])
+	}
+	rep, raw := status(t, base)
+	if rep.LastReload == nil || rep.LastReload.OK || rep.LastReload.Errors[0] != "bad" {
+		t.Errorf("last_reload %+v", rep.LastReload)
+	}
+	if _, ok := raw["last_reload"]; !ok {
+		t.Error("/status has no last_reload")
+	}
+}

@@ -1,0 +1,351 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"xlb/scripts/testbed"
+)
+
+// reloadDrain is connection_draining_timeout_sec of the reload test.
+const reloadDrain = 2 * time.Second
+
+// reloadConfig is one web service on VIP4:80 over the named backends of
+// b, with 2 s of draining, TCP health checks every second.
+func reloadConfig(b *testbed.Bed, backends ...string) string {
+	var eps []string
+	for _, n := range backends {
+		eps = append(eps, fmt.Sprintf("{ name = %q, ip = %q }", n, b.Backend(n).Addr4))
+	}
+	return fmt.Sprintf(`
+[dataplane]
+interface = %q
+queues = "all"
+xdp_mode = "native"
+ring_size = 512
+conntrack_capacity = 65536
+
+[admin]
+listen = "127.0.0.1:9110"
+
+[[health_check]]
+name = "hc"
+type = "TCP"
+port = 80
+check_interval_sec = 1
+timeout_sec = 1
+healthy_threshold = 1
+
+[[backend_service]]
+name = "web"
+protocol = "TCP"
+health_checks = ["hc"]
+connection_draining_timeout_sec = %d
+  [[backend_service.backend]]
+  group = "primary"
+  endpoints = [ %s ]
+
+[[forwarding_rule]]
+name = "web"
+ip_address = %q
+ip_protocol = "TCP"
+ports = ["%d"]
+backend_service = "web"
+`, b.LB.Iface, int(reloadDrain/time.Second), strings.Join(eps, ", "), testbed.VIP4, testbed.HTTPPort)
+}
+
+// keptConn is a kept-alive connection asking every 100 ms until stopped
+// or its first failure.
+type keptConn struct {
+	backend string // of its first answer
+	mu      sync.Mutex
+	ok      []time.Time // answers
+	moved   string      // an answer from another backend
+	failAt  time.Time   // its first failure (zero: none)
+	failErr error
+}
+
+func (k *keptConn) run(c *testbed.HTTPConn, stop <-chan struct{}) {
+	defer c.Close()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		r, err := c.Get("/", time.Second)
+		k.mu.Lock()
+		if err == nil && r.Status != 200 {
+			err = fmt.Errorf("status %d", r.Status)
+		}
+		if err != nil {
+			k.failAt, k.failErr = time.Now(), err
+			k.mu.Unlock()
+			return
+		}
+		if r.Backend != k.backend && k.moved == "" {
+			k.moved = r.Backend
+		}
+		k.ok = append(k.ok, time.Now())
+		k.mu.Unlock()
+	}
+}
+
+// newConn is one new connection of the steady stream.
+type newConn struct {
+	at      time.Time // when it was opened
+	backend string
+	err     error
+}
+
+// TestReload (X2, M5) runs a steady stream of kept-alive connections and
+// new ones through xlb while `xlb reload` replaces b3 by b4, then a
+// broken file arrives by SIGHUP, then `xlb drain b1`: connections to b1
+// and b2 never fail nor move; b3's keep working until its 2 s drain ends
+// and then stop, and no new connection reaches it after the reload; b4
+// takes new connections once healthy; the broken file changes nothing but
+// the failure counter; after the drain no new connection reaches b1.
+func TestReload(t *testing.T) {
+	t.Parallel()
+	b := upBed(t, testbed.Options{Prefix: "e2er", Backends: 4, Failover: -1})
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "xlb.toml")
+	write := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(reloadConfig(b, "b1", "b2", "b3"))
+	p := startXLB(t, b, cfg)
+	waitStatus(t, b, "b1-b3 healthy", allHealthy)
+
+	c := b.Clients[0]
+	web := netip.AddrPortFrom(testbed.VIP4, testbed.HTTPPort)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	stopTraffic := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	t.Cleanup(stopTraffic)
+
+	// Kept-alive connections, until each of b1-b3 has some.
+	var kept []*keptConn
+	per := map[string]int{}
+	for i := 0; i < 60 && (per["b1"] < 2 || per["b2"] < 2 || per["b3"] < 2); i++ {
+		hc, err := testbed.DialHTTP(c.NS, web, 2*time.Second)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		r, err := hc.Get("/", 2*time.Second)
+		if err != nil {
+			t.Fatalf("connection %d: first request: %v", i, err)
+		}
+		k := &keptConn{backend: r.Backend}
+		per[r.Backend]++
+		kept = append(kept, k)
+		wg.Go(func() { k.run(hc, stop) })
+	}
+	if per["b1"] < 2 || per["b2"] < 2 || per["b3"] < 2 {
+		t.Fatalf("kept-alive connections per backend %v, want 2 or more on each of b1-b3", per)
+	}
+	// New connections, one every 30 ms.
+	var (
+		nmu   sync.Mutex
+		fresh []newConn
+	)
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(30 * time.Millisecond):
+			}
+			at := time.Now()
+			r, err := testbed.HTTPGet(c.NS, web, "/", time.Second)
+			nmu.Lock()
+			fresh = append(fresh, newConn{at, r.Backend, err})
+			nmu.Unlock()
+		}
+	})
+	newSince := func(since time.Time) (map[string]int, []error) {
+		nmu.Lock()
+		defer nmu.Unlock()
+		counts, errs := map[string]int{}, []error(nil)
+		for _, n := range fresh {
+			if n.at.Before(since) {
+				continue
+			}
+			if n.err != nil {
+				errs = append(errs, n.err)
+				continue
+			}
+			counts[n.backend]++
+		}
+		return counts, errs
+	}
+	time.Sleep(500 * time.Millisecond)
+
+	// Reload: b3 leaves, b4 comes. `xlb reload` validates, then signals.
+	write(reloadConfig(b, "b1", "b2", "b4"))
+	sent := time.Now()
+	if out, err := exec.Command(xlbBin, "reload", "-c", cfg, "--pid", strconv.Itoa(p.cmd.Process.Pid)).CombinedOutput(); err != nil {
+		t.Fatalf("xlb reload: %v\n%s", err, out)
+	}
+	waitMetric(t, b, "xlb_reload_success_total", 1)
+	// When xlb applied it, by its own clock (this host's): the drain
+	// runs from there.
+	applied := lastReload(t, b)
+	if applied.Before(sent) {
+		t.Fatalf("last reload at %v, before the reload was sent (%v)", applied, sent)
+	}
+	st := waitStatus(t, b, "b4 healthy", allHealthy)
+	for _, svc := range st.Services {
+		for _, be := range svc.Backends {
+			if be.Name == "b3" && !be.Removed {
+				t.Errorf("b3 after the reload: %+v, want removed", be)
+			}
+		}
+	}
+	// Wait past the end of b3's drain.
+	time.Sleep(time.Until(applied.Add(reloadDrain + 1500*time.Millisecond)))
+
+	// A broken file, by SIGHUP: `xlb reload` refuses to send it; sent
+	// anyway, xlb keeps running as it was.
+	write("this is not [toml")
+	if out, err := exec.Command(xlbBin, "reload", "-c", cfg, "--pid", strconv.Itoa(p.cmd.Process.Pid)).CombinedOutput(); err == nil || !strings.Contains(string(out), "nothing sent") {
+		t.Errorf("xlb reload of a broken file: %v, %s; want exit 1, nothing sent", err, out)
+	}
+	brokenAt := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, b, "xlb_reload_failure_total", 1)
+	time.Sleep(500 * time.Millisecond)
+	if m := metrics(t, b); m["xlb_reload_success_total"] != 1 {
+		t.Errorf("reload successes %v after the broken file, want 1", m["xlb_reload_success_total"])
+	}
+	if since, _ := newSince(brokenAt); since["b1"]+since["b2"]+since["b4"] == 0 {
+		t.Errorf("no new connection answered after the broken file: %v", since)
+	}
+
+	// Operator drain of b1: no new connection reaches it afterwards.
+	drainSent := time.Now()
+	if out, err := testbed.Exec(b.LB.NS, xlbBin, "drain", "b1"); err != nil || out != "drained b1\n" {
+		t.Fatalf("xlb drain b1: %q, %v", out, err)
+	}
+	drained := time.Now()
+	time.Sleep(700 * time.Millisecond)
+	table, err := testbed.Exec(b.LB.NS, xlbBin, "status")
+	if err != nil {
+		t.Fatalf("xlb status: %v", err)
+	}
+	t.Logf("xlb status:\n%s", table)
+	if !strings.Contains(table, "reloads 1 ok, 1 failed") || !rowHas(table, "b1", "draining") && !rowHas(table, "b1", "removed") || !rowHas(table, "b3", "removed") && strings.Contains(table, " b3 ") {
+		t.Errorf("xlb status does not show the reloads, b1 draining and b3 gone:\n%s", table)
+	}
+	stopTraffic()
+
+	// What the connections saw.
+	for _, k := range kept {
+		k.mu.Lock()
+		switch k.backend {
+		case "b1", "b2":
+			// b1's connections may stop once its operator drain ends.
+			if !k.failAt.IsZero() && (k.backend == "b2" || k.failAt.Before(drainSent.Add(reloadDrain))) {
+				t.Errorf("a kept-alive connection to %s failed %v after the reload was sent: %v", k.backend, k.failAt.Sub(sent), k.failErr)
+			}
+		case "b3":
+			var during int
+			for _, at := range k.ok {
+				if at.After(applied) && at.Before(applied.Add(reloadDrain)) {
+					during++
+				}
+			}
+			if during == 0 {
+				t.Errorf("a kept-alive connection to b3 answered nothing while draining (%d answers in all)", len(k.ok))
+			}
+			if !k.failAt.IsZero() && k.failAt.Before(applied.Add(reloadDrain)) {
+				t.Errorf("a kept-alive connection to b3 failed %v after the reload, within its drain: %v", k.failAt.Sub(applied), k.failErr)
+			}
+			if k.failAt.IsZero() {
+				t.Errorf("a kept-alive connection to b3 still answered after its drain ended (%d answers)", len(k.ok))
+			}
+		}
+		if k.moved != "" {
+			t.Errorf("a kept-alive connection to %s was answered by %s", k.backend, k.moved)
+		}
+		k.mu.Unlock()
+	}
+	all, errs := newSince(time.Time{})
+	if len(errs) > 0 {
+		t.Errorf("%d of the new connections failed, first: %v", len(errs), errs[0])
+	}
+	after, _ := newSince(applied)
+	if after["b3"] > 0 {
+		t.Errorf("%d new connections reached b3 after the reload", after["b3"])
+	}
+	if after["b4"] == 0 {
+		t.Errorf("no new connection reached b4 after the reload: %v", after)
+	}
+	afterDrain, _ := newSince(drained.Add(200 * time.Millisecond))
+	if afterDrain["b1"] > 0 {
+		t.Errorf("%d new connections reached b1 after xlb drain b1: %v", afterDrain["b1"], afterDrain)
+	}
+	t.Logf("new connections: %v in all, %v after the reload, %v after the drain; kept-alive per backend %v", all, after, afterDrain, per)
+}
+
+// lastReload is the time of /status's last_reload.
+func lastReload(t *testing.T, b *testbed.Bed) time.Time {
+	t.Helper()
+	var st struct {
+		LastReload *struct {
+			At string `json:"at"`
+		} `json:"last_reload"`
+	}
+	body := admin(t, b, "/status")
+	if err := json.Unmarshal([]byte(body), &st); err != nil || st.LastReload == nil {
+		t.Fatalf("/status: no last_reload (%v):\n%s", err, body)
+	}
+	at, err := time.Parse(time.RFC3339Nano, st.LastReload.At)
+	if err != nil {
+		t.Fatalf("/status last_reload.at: %v", err)
+	}
+	return at
+}
+
+// rowHas reports whether a line of the status table shows backend with
+// word.
+func rowHas(table, backend, word string) bool {
+	for line := range strings.Lines(table) {
+		f := strings.Fields(line)
+		if len(f) > 2 && f[1] == backend && strings.Contains(line, word) {
+			return true
+		}
+	}
+	return false
+}
+
+// waitMetric polls /metrics until series has value v (5 s at most).
+func waitMetric(t *testing.T, b *testbed.Bed, series string, v float64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, ok := metrics(t, b)[series]
+		if ok && got == v {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is %v (present %v) after 5s, want %v", series, got, ok, v)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
