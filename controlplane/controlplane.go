@@ -87,6 +87,8 @@ type serviceState struct {
 	eligible []dataplane.BackendRef
 	lastSide dataplane.Side
 	sideSet  bool
+	// switches counts side changes: [0] to failover, [1] back to primary.
+	switches [2]uint64
 }
 
 type backendState struct {
@@ -487,6 +489,11 @@ func (c *ControlPlane) buildService(st *serviceState, s *dataplane.Snapshot) *da
 	if st.sideSet && st.lastSide != side && ds.FailoverEnabled {
 		c.log.Info("failover side switched", zap.String("service", cfg.Name),
 			zap.Stringer("from", st.lastSide), zap.Stringer("to", side), zap.String("why", why))
+		if side == dataplane.SideFailover {
+			st.switches[0]++
+		} else {
+			st.switches[1]++
+		}
 	}
 	st.lastSide, st.sideSet = side, true
 

@@ -2,12 +2,14 @@ package main
 
 import (
 	"net/netip"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
 	"xlb/config"
 	"xlb/controlplane"
+	"xlb/controlplane/admin"
 	"xlb/healthcheck"
 )
 
@@ -79,14 +81,29 @@ func weightState(s healthcheck.WeightState) (controlplane.WeightState, bool) {
 }
 
 // healthApplier returns the checker's Notify: each batch of results is
-// applied to cp as one change, on the data plane's clock, through the
-// feeds of the running configuration (a reload replaces them).
-func healthApplier(cp *controlplane.ControlPlane, feeds func() map[string][]healthFeed, now func() int64, log *zap.Logger) func([]healthcheck.Result) {
+// recorded in hm (nil: not recorded) and applied to cp as one change, on
+// the data plane's clock, through the feeds of the running configuration
+// (a reload replaces them).
+func healthApplier(cp *controlplane.ControlPlane, feeds func() map[string][]healthFeed, now func() int64, hm *admin.HealthMetrics, log *zap.Logger) func([]healthcheck.Result) {
 	return func(rs []healthcheck.Result) {
+		if hm != nil {
+			for _, r := range rs {
+				hm.Observe(checkName(r.Key), r.Pass, r.Latency)
+			}
+		}
 		if err := cp.ApplyReports(healthReports(rs, feeds()), now()); err != nil {
 			log.Warn("health results for unknown backends", zap.Error(err))
 		}
 	}
+}
+
+// checkName is the check's name in a target key (healthTargets: the name,
+// "/", the address; an address has no "/").
+func checkName(key string) string {
+	if i := strings.LastIndexByte(key, '/'); i >= 0 {
+		return key[:i]
+	}
+	return key
 }
 
 // healthInfo is one target in /status's runtime.health_checks.

@@ -1,15 +1,19 @@
 package main
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 
 	"xlb/config"
 	"xlb/controlplane"
+	"xlb/controlplane/admin"
 	"xlb/healthcheck"
 )
 
@@ -142,11 +146,16 @@ func TestRunHealth_Reports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apply := healthApplier(cp, func() map[string][]healthFeed { return feeds }, func() int64 { return 1 }, zap.NewNop())
+	hm := admin.NewHealthMetrics()
+	apply := healthApplier(cp, func() map[string][]healthFeed { return feeds }, func() int64 { return 1 }, hm, zap.NewNop())
 	apply([]healthcheck.Result{
-		{Key: "hc/10.0.0.1", Healthy: true, Weight: 5, WeightState: healthcheck.WeightValid},
-		{Key: "tcp/10.0.0.1", Healthy: false},
+		{Key: "hc/10.0.0.1", Healthy: true, Weight: 5, WeightState: healthcheck.WeightValid, Pass: true, Latency: time.Millisecond},
+		{Key: "tcp/10.0.0.1", Healthy: false, Latency: time.Second},
 	})
+	// Every probe is recorded under its check's name and its own verdict.
+	if got, want := probeCounts(t, hm), map[string]float64{"hc/pass": 1, "tcp/fail": 1}; !maps.Equal(got, want) {
+		t.Errorf("probes recorded %v, want %v", got, want)
+	}
 	snap := cp.Snapshot()
 	for _, svc := range snap.Services {
 		for _, ref := range svc.Members {
@@ -159,4 +168,28 @@ func TestRunHealth_Reports(t *testing.T) {
 			}
 		}
 	}
+}
+
+// probeCounts reads hm's xlb_health_checks_total as "check/result" -> count.
+func probeCounts(t *testing.T, hm *admin.HealthMetrics) map[string]float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 64)
+	hm.Collect(ch)
+	close(ch)
+	out := map[string]float64{}
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		if pb.Counter == nil {
+			continue // the histogram's series
+		}
+		l := map[string]string{}
+		for _, lp := range pb.GetLabel() {
+			l[lp.GetName()] = lp.GetValue()
+		}
+		out[l["check"]+"/"+l["result"]] = pb.Counter.GetValue()
+	}
+	return out
 }

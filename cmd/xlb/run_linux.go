@@ -122,7 +122,8 @@ func runAppliance(ctx context.Context, cfg *config.Config, log *zap.Logger, hup 
 	feeds := &atomic.Pointer[map[string][]healthFeed]{}
 	feeds.Store(&firstFeeds)
 	hlog := base.Named("healthcheck")
-	hc := healthcheck.New(hlog, healthcheck.Options{Notify: healthApplier(cp, func() map[string][]healthFeed { return *feeds.Load() }, worker.NowMs, hlog)})
+	hmetrics := admin.NewHealthMetrics()
+	hc := healthcheck.New(hlog, healthcheck.Options{Notify: healthApplier(cp, func() map[string][]healthFeed { return *feeds.Load() }, worker.NowMs, hmetrics, hlog)})
 	if err := hc.Set(targets); err != nil {
 		return fmt.Errorf("xlb run: %w", err)
 	}
@@ -216,7 +217,7 @@ func runAppliance(ctx context.Context, cfg *config.Config, log *zap.Logger, hup 
 	rl := &reloader{path: cfg.Path, vips: objs, neigh: res, hc: hc, cp: cp, feeds: feeds, now: worker.NowMs,
 		log: log.Named("reload"), cur: cfg}
 	srv, err := admin.New(cfg.Admin.Listen, &runSources{cp: cp, ct: ct, workers: stats, now: worker.NowMs, info: info.get,
-		reloads: rl.report}, log.Named("admin"))
+		reloads: rl.report, health: hmetrics}, log.Named("admin"))
 	if err != nil {
 		return fmt.Errorf("xlb run: %w", err)
 	}

@@ -20,13 +20,21 @@ type runSources struct {
 	now     func() int64
 	info    func() map[string]any
 	reloads func() admin.ReloadReport
+	health  *admin.HealthMetrics
 }
 
 var (
 	_ admin.Sources  = (*runSources)(nil)
 	_ admin.Operator = (*runSources)(nil)
 	_ admin.Reloads  = (*runSources)(nil)
+	_ admin.Health   = (*runSources)(nil)
+	_ admin.Switches = (*runSources)(nil)
 )
+
+func (s *runSources) HealthMetrics() *admin.HealthMetrics { return s.health }
+func (s *runSources) FailoverSwitches() map[string][2]uint64 {
+	return s.cp.FailoverSwitches()
+}
 
 // Drain and Undrain are the operator's (POST /drain, /undrain), on the
 // data plane's clock.

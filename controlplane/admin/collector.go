@@ -61,6 +61,8 @@ var (
 		"Side of the eligible set: 0 primary, 1 failover.", serviceLabels, nil)
 	descSvcEligible = prometheus.NewDesc("xlb_service_eligible_backends",
 		"Backends in the eligible set.", serviceLabels, nil)
+	descSvcSwitches = prometheus.NewDesc("xlb_service_failover_switches_total",
+		"Switches of the eligible set to the failover side and back to primary.", []string{"service", "to"}, nil)
 	descSvcBackends = prometheus.NewDesc("xlb_service_backends",
 		"Current (not removed) backends of the service.", serviceLabels, nil)
 
@@ -87,7 +89,7 @@ var (
 		descQueueRX, descQueueTX, descQueuePass, descQueueDrops, descQueueEvictions,
 		descCTEntries, descCTCapacity, descCTInserts, descCTUpdates, descCTEvictions, descCTReclaimed, descCTDeletes,
 		descGeneration, descReloadOK, descReloadFail,
-		descSvcPackets, descSvcBytes, descSvcNew, descSvcDrops, descSvcSide, descSvcEligible, descSvcBackends,
+		descSvcPackets, descSvcBytes, descSvcNew, descSvcDrops, descSvcSide, descSvcEligible, descSvcBackends, descSvcSwitches,
 		descBePackets, descBeBytes, descBeNew, descBeHealthy, descBeWeight, descBeEligible, descBeReady,
 		descBeRemoved, descBeDraining,
 	}
@@ -179,8 +181,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descBeRemoved, b01(b.Removed), l...)
 		gauge(descBeDraining, b01(b.Draining), l...)
 	}
+	var switches map[string][2]uint64
+	if sw, ok := c.src.(Switches); ok {
+		switches = sw.FailoverSwitches()
+	}
 	for i := range r.Services {
 		s := &r.Services[i]
+		if switches != nil {
+			n := switches[s.Name]
+			counter(descSvcSwitches, n[0], s.Name, "failover")
+			counter(descSvcSwitches, n[1], s.Name, "primary")
+		}
 		counter(descSvcPackets, s.ForwardedPackets, s.Name)
 		counter(descSvcBytes, s.ForwardedBytes, s.Name)
 		counter(descSvcNew, s.NewConnections, s.Name)

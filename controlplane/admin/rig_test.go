@@ -85,7 +85,11 @@ type rigSources struct {
 	workers []admin.QueueStats
 	info    map[string]any
 	reloads admin.ReloadReport
+	health  *admin.HealthMetrics
 }
+
+func (s *rigSources) HealthMetrics() *admin.HealthMetrics    { return s.health }
+func (s *rigSources) FailoverSwitches() map[string][2]uint64 { return s.rig.CP.FailoverSwitches() }
 
 func (s *rigSources) Snapshot() *dataplane.Snapshot { return s.rig.CP.Snapshot() }
 func (s *rigSources) Workers() []admin.QueueStats   { return s.workers }
@@ -111,7 +115,8 @@ func newRig(t *testing.T) (*cptest.Rig, *rigSources) {
 	t.Helper()
 	r := cptest.New(t, rigToml)
 	return r, &rigSources{rig: r, workers: []admin.QueueStats{{Queue: 0, Stats: r.W.Stats()}},
-		info: map[string]any{"interface": "xa0", "xdp_mode": "native", "bind_mode": "copy"}}
+		info:   map[string]any{"interface": "xa0", "xdp_mode": "native", "bind_mode": "copy"},
+		health: admin.NewHealthMetrics()}
 }
 
 // fakeSources is a fixed set of sources (nil snapshot and table allowed).

@@ -56,11 +56,15 @@ func New(listen string, src Sources, log *zap.Logger) (*Server, error) {
 	}
 
 	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{
+	cs := []prometheus.Collector{
 		NewCollector(src),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	} {
+	}
+	if h, ok := src.(Health); ok && h.HealthMetrics() != nil {
+		cs = append(cs, h.HealthMetrics())
+	}
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("admin: registering metrics: %w", err)
 		}
