@@ -7,7 +7,7 @@
 # queues), waits until xlb's health checks find the primaries healthy with
 # the weights they report (1:2:3), opens 1000 TCP connections and 1000 UDP
 # exchanges from the client to the VIP, prints per-backend counts next to
-# the shares xlb's own weights predict, shows some of /metrics, and tears
+# the shares xlb's own weights predict, shows some of /metrics and `xlb status`, and tears
 # everything down on every exit path. Needs root; everything stays inside
 # the namespaces.
 set -euo pipefail
@@ -185,6 +185,10 @@ echo
 echo "== from /metrics (http://127.0.0.1:$ADMIN_PORT/metrics in $LB)"
 metrics=$(admin /metrics)
 grep -E '^xlb_queue_(rx|tx)_packets_total|^xlb_conntrack_(entries|capacity) |^xlb_service_forwarded_packets_total|^xlb_backend_new_connections_total\{backend="b[0-9]",' <<<"$metrics"
+
+echo
+echo "== xlb status (in $LB): the running appliance's services and backends"
+ip netns exec "$LB" bin/xlb status --admin "127.0.0.1:$ADMIN_PORT" || die "xlb status failed"
 
 if [ "$probe_rc" -ne 0 ]; then
 	echo
