@@ -20,46 +20,13 @@ import (
 
 // ctlConfig: web has two primaries and a failover, one unnamed backend in
 // dns.
-const ctlConfig = `
-[[health_check]]
-name = "hc"
-type = "HTTP"
-
-[[backend_service]]
-name = "web"
-protocol = "TCP"
-health_checks = ["hc"]
-connection_draining_timeout_sec = 30
-  [[backend_service.backend]]
-  group = "pool-a"
-  endpoints = [ { name = "b1", ip = "10.0.1.1" }, { name = "b2", ip = "10.0.1.2" } ]
-  [[backend_service.backend]]
-  group = "spare"
-  failover = true
-  endpoints = [ { name = "f1", ip = "10.0.3.1" } ]
-
-[[backend_service]]
-name = "dns"
-protocol = "UDP"
-health_checks = ["hc"]
-  [[backend_service.backend]]
-  group = "pool-d"
-  endpoints = [ { ip = "10.0.4.1" } ]
-
-[[forwarding_rule]]
-name = "web-tcp"
-ip_address = "203.0.113.10"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "web"
-
-[[forwarding_rule]]
-name = "dns-udp"
-ip_address = "203.0.113.10"
-ip_protocol = "UDP"
-ports = ["53"]
-backend_service = "dns"
-`
+var ctlConfig = func() string {
+	b, err := os.ReadFile("../../testdata/config/two-services.toml") // shared with controlplane/admin
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
 
 // ctlSources serves a cptest rig through a real admin listener, with
 // drain and a reload history, as `xlb run` does.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -31,52 +32,16 @@ import (
 
 // VIP carries two rules: web (TCP 80, two primaries and a failover backend,
 // 30 s of draining) and dns (UDP 53, one unnamed backend).
-const (
-	vip     = "203.0.113.10"
-	rigToml = `
-[[health_check]]
-name = "hc"
-type = "HTTP"
+const vip = "203.0.113.10"
 
-[[backend_service]]
-name = "web"
-protocol = "TCP"
-health_checks = ["hc"]
-connection_draining_timeout_sec = 30
-
-  [[backend_service.backend]]
-  group = "pool-a"
-  endpoints = [ { name = "b1", ip = "10.0.1.1" }, { name = "b2", ip = "10.0.1.2" } ]
-
-  [[backend_service.backend]]
-  group = "spare"
-  failover = true
-  endpoints = [ { name = "f1", ip = "10.0.3.1" } ]
-
-[[backend_service]]
-name = "dns"
-protocol = "UDP"
-health_checks = ["hc"]
-
-  [[backend_service.backend]]
-  group = "pool-d"
-  endpoints = [ { ip = "10.0.4.1" } ]
-
-[[forwarding_rule]]
-name = "web-tcp"
-ip_address = "203.0.113.10"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "web"
-
-[[forwarding_rule]]
-name = "dns-udp"
-ip_address = "203.0.113.10"
-ip_protocol = "UDP"
-ports = ["53"]
-backend_service = "dns"
-`
-)
+// rigToml is the fixture shared with cmd/xlb's tests.
+var rigToml = func() string {
+	b, err := os.ReadFile("../../testdata/config/two-services.toml")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
 
 // rigSources reads a cptest rig: its control plane, its conntrack table
 // and the workers the test registered, on the rig's virtual clock.
