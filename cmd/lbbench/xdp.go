@@ -1,0 +1,14 @@
+package main
+
+import (
+	"errors"
+	"io"
+
+	"xlb/bench/report"
+)
+
+// runXDP is `lbbench xdp`. Not built yet: a placeholder so the command
+// table compiles while it is written.
+func runXDP(args []string, c *common, stderr io.Writer) (report.Report, error) {
+	return report.Report{}, errors.New("not implemented yet")
+}
