@@ -344,8 +344,15 @@ func (b *bucket) victim(now int64) (i int, dead bool) {
 // recently used entry (X3); it never fails. Overwriting an expired entry of
 // k itself counts as a new insert (and a reclaimed slot). No allocation.
 func (t *Table) Upsert(k *Key, v Value, now int64) InsertResult {
+	return t.UpsertHint(k, t.Hint(k), v, now)
+}
+
+// UpsertHint is Upsert with k's hint already computed (h must be
+// t.Hint(k)), so a worker that looked k up does not hash it twice.
+func (t *Table) UpsertHint(k *Key, h Hint, v Value, now int64) InsertResult {
 	var w keyWords
-	bi, fp := t.locate(k, &w)
+	w.from(k)
+	bi, fp := h.bi, h.fp
 	b := &t.buckets[bi]
 	st := &t.stats[bi&uint64(len(t.stats)-1)]
 	val := v.pack()

@@ -388,3 +388,31 @@ func TestAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestUpsertHint_SameAsUpsert: an entry recorded with the hint a lookup
+// computed is found, overwritten and counted exactly as with Upsert.
+func TestUpsertHint_SameAsUpsert(t *testing.T) {
+	tab, err := New(1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		k := key5(i)
+		h := tab.Hint(&k)
+		if _, ok := tab.LookupHint(&k, h, 1); ok {
+			t.Fatalf("flow %d found before it was recorded", i)
+		}
+		if r := tab.UpsertHint(&k, h, val(i), 1); r != Inserted {
+			t.Fatalf("UpsertHint flow %d = %v, want inserted", i, r)
+		}
+		if r := tab.Upsert(&k, val(i+1000), 2); r != Updated {
+			t.Fatalf("Upsert after UpsertHint, flow %d = %v, want updated", i, r)
+		}
+		if e := mustFind(t, tab, k, 3); e.Backend != uint32(i+1000) {
+			t.Fatalf("flow %d: backend %d, want %d", i, e.Backend, i+1000)
+		}
+	}
+	if n := tab.Len(); n != 200 {
+		t.Errorf("%d entries, want 200", n)
+	}
+}

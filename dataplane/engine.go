@@ -77,9 +77,13 @@ type Decision struct {
 	// for X1).
 	Flow Flow
 
+	// SelKind is the selection key's form (§2); SelHash its hash, computed
+	// only when a backend is selected or an encapsulation needs entropy
+	// (a conntrack hit needs neither), and always by Decide.
 	SelKind   conntrack.Kind
 	SelHash   uint64
 	TableSlot uint32
+	selHashed bool
 
 	Trackable bool
 	TrackKey  conntrack.Key
@@ -154,6 +158,9 @@ func (w *Worker) Decide(f *Frame, now int64) Decision {
 	w.decideBatch(w.one[:], snap, now)
 	*f = w.one[0]
 	w.stats.flush()
+	if d := &w.ds[0]; d.pending {
+		d.selectionHash() // sim and explain show it for every decision
+	}
 	return w.ds[0]
 }
 
@@ -333,15 +340,16 @@ func (w *Worker) back(snap *Snapshot, now int64, d *Decision, h conntrack.Hint) 
 		d.Verdict, d.Reason = VerdictDrop, ReasonNoEligibleBackend
 		return
 	}
-	d.TableSlot = uint32(d.SelHash % uint64(len(svc.Table)))
-	ref := svc.Eligible[maglev.Lookup(svc.Table, d.SelHash)]
+	sel := d.selectionHash()
+	d.TableSlot = uint32(sel % uint64(len(svc.Table)))
+	ref := svc.Eligible[maglev.Lookup(svc.Table, sel)]
 	d.Backend = snap.Backend(ref)
 	d.Side = svc.Side
 	d.Verdict = VerdictForward
 
 	// R1: record.
 	if d.Track == TrackNew || d.Track == TrackReplaced {
-		r := ct.Upsert(&d.TrackKey, conntrack.Value{Backend: uint32(ref), Side: uint8(svc.Side), IdleSec: svc.IdleSec}, now)
+		r := ct.UpsertHint(&d.TrackKey, h, conntrack.Value{Backend: uint32(ref), Side: uint8(svc.Side), IdleSec: svc.IdleSec}, now)
 		d.Evicted = r == conntrack.Evicted
 	}
 }
@@ -418,24 +426,40 @@ func sourceAllowed(r *Rule, src *[16]byte) bool {
 	return false
 }
 
-// selectionKey computes the selection hash (§2, A1).
+// selectionKey picks the selection key's form (§2, A1); selectionHash
+// hashes it when needed.
 func selectionKey(svc *Service, fl *Flow, d *Decision) {
 	switch svc.Affinity {
 	case config.AffinityClientIP:
 		d.SelKind = conntrack.Kind2T
-		d.SelHash = FlowHash(&fl.Src, &fl.Dst, 0, 0, 0, uint8(conntrack.Kind2T))
 	case config.AffinityClientIPProto:
 		d.SelKind = conntrack.Kind3T
-		d.SelHash = FlowHash(&fl.Src, &fl.Dst, 0, 0, fl.Proto, uint8(conntrack.Kind3T))
 	default: // NONE, CLIENT_IP_PORT_PROTO
 		if fl.PortInfo {
 			d.SelKind = conntrack.Kind5T
-			d.SelHash = FlowHash(&fl.Src, &fl.Dst, fl.SrcPort, fl.DstPort, fl.Proto, uint8(conntrack.Kind5T))
 		} else {
 			d.SelKind = conntrack.Kind3T
-			d.SelHash = FlowHash(&fl.Src, &fl.Dst, 0, 0, fl.Proto, uint8(conntrack.Kind3T))
 		}
 	}
+}
+
+// selectionHash is the selection hash of d's flow in the form SelKind,
+// computed once.
+func (d *Decision) selectionHash() uint64 {
+	if d.selHashed {
+		return d.SelHash
+	}
+	fl := &d.Flow
+	switch d.SelKind {
+	case conntrack.Kind2T:
+		d.SelHash = FlowHash(&fl.Src, &fl.Dst, 0, 0, 0, uint8(conntrack.Kind2T))
+	case conntrack.Kind3T:
+		d.SelHash = FlowHash(&fl.Src, &fl.Dst, 0, 0, fl.Proto, uint8(conntrack.Kind3T))
+	default:
+		d.SelHash = FlowHash(&fl.Src, &fl.Dst, fl.SrcPort, fl.DstPort, fl.Proto, uint8(conntrack.Kind5T))
+	}
+	d.selHashed = true
+	return d.SelHash
 }
 
 // trackingKey decides T1 (trackable?) and builds the T2 key, scoped by the
@@ -512,7 +536,7 @@ func (w *Worker) rewrite(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision
 		OuterV6:  b.V6,
 		GUE:      svc.Method == config.ForwardGUE,
 		GUEPort:  svc.GUEPort,
-		FlowHash: uint32(d.SelHash),
+		FlowHash: uint32(d.selectionHash()),
 		IPID:     w.ipid,
 	}
 	w.ipid++
