@@ -226,8 +226,8 @@ func TestGenerateSeed(t *testing.T) {
 
 func TestGenerateErrors(t *testing.T) {
 	for _, s := range []Spec{
-		{Mix: EstablishedV4, Live: 0, Frames: 10},                    // no live flow to replay
-		{Mix: EstablishedV6, Live: 1, Frames: 10},                    // the one live flow is IPv4
+		{Mix: EstablishedV4, Live: 0, Frames: 10},                      // no live flow to replay
+		{Mix: EstablishedV6, Live: 1, Frames: 10},                      // the one live flow is IPv4
 		{Mix: Mix{NewShare: 0.7, UDPShare: 0.5}, Live: 10, Frames: 10}, // shares above 1
 		{Mix: Mix{V6Share: -0.1}, Live: 10, Frames: 10},
 		{Mix: AllSYN, Live: 10, Frames: 0},
