@@ -41,7 +41,8 @@ type Table struct {
 }
 
 // Chart is one SVG: lines (Kind "line") or cumulative distributions
-// (Kind "cdf", each series' Y being the sorted samples and X unused).
+// (Kind "cdf", each series' Y being the samples, in any order, and X
+// unused).
 type Chart struct {
 	File   string   `json:"file"` // base name without .svg
 	Title  string   `json:"title"`
@@ -52,7 +53,8 @@ type Chart struct {
 	Series []Series `json:"series"`
 }
 
-// Series is one line of a chart.
+// Series is one line of a chart. A line chart's series without X is drawn
+// at x = 0, 1, 2...
 type Series struct {
 	Name string    `json:"name"`
 	X    []float64 `json:"x,omitempty"`
