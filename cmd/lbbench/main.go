@@ -91,14 +91,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if r.Machine == (report.Machine{}) {
 		r.Machine = report.ThisMachine()
 	}
+	// A chart that cannot be drawn must not hide a long run's figures: the
+	// report is printed anyway and the exit status says something failed.
+	rc := 0
 	if c.plot != "" {
 		files, err := report.Plot(c.plot, r)
-		if err != nil {
-			fmt.Fprintf(stderr, "lbbench %s: --plot: %v\n", args[0], err)
-			return 1
-		}
 		for _, f := range files {
 			fmt.Fprintf(stderr, "wrote %s\n", f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "lbbench %s: --plot: %v\n", args[0], err)
+			rc = 1
 		}
 	}
 	if c.json {
@@ -108,8 +111,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "lbbench: %v\n", err)
 			return 1
 		}
-		return 0
+		return rc
 	}
 	report.Print(stdout, r)
-	return 0
+	return rc
 }
