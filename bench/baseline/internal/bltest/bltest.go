@@ -1,0 +1,320 @@
+// Package bltest is the baselines' test bed: two throwaway named network
+// namespaces joined by a veth pair. The middle one ("m") holds the
+// forwarder's end X; the generator one ("g") holds the peer P, where an
+// AF_PACKET socket injects crafted frames and another captures what comes
+// back. Only tests import it.
+package bltest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"xlb/bench/baseline/internal/nsx"
+	"xlb/dataplane/craft"
+)
+
+// Fixed addresses of the bed; private, used only inside its namespaces.
+var (
+	XMAC     = net.HardwareAddr{0x02, 0xb1, 0, 0, 0, 0x01}
+	PMAC     = net.HardwareAddr{0x02, 0xb1, 0, 0, 0, 0x02}
+	VIP4     = netip.MustParseAddr("10.201.0.10")
+	VIP6     = netip.MustParseAddr("fd00:201::10")
+	Client4  = netip.MustParseAddr("10.202.0.2")
+	Client6  = netip.MustParseAddr("fd00:202::2")
+	XAddr4   = netip.MustParseAddr("10.203.0.1")
+	Backends = []net.HardwareAddr{
+		{0x02, 0xb1, 0xbe, 0, 0, 0x01},
+		{0x02, 0xb1, 0xbe, 0, 0, 0x02},
+		{0x02, 0xb1, 0xbe, 0, 0, 0x03},
+	}
+)
+
+// Interface names; each namespace has one, so beds never clash.
+const (
+	XName = "blx"
+	PName = "blp"
+)
+
+// Opts shape the bed.
+type Opts struct {
+	// XQueues is X's number of rx and tx queues; P gets as many tx queues
+	// (native XDP on veth needs X's rx queues >= P's tx queues), and
+	// frames spread over them by flow hash. Default 1.
+	XQueues int
+	// IPv6 leaves IPv6 on; by default it is off in both namespaces, so the
+	// kernel sends nothing on its own.
+	IPv6 bool
+}
+
+// Bed is the test bed.
+type Bed struct {
+	MidNS, GenNS string
+	X, P         nsx.Link
+	inj, cap     int // AF_PACKET sockets on P
+}
+
+var seq atomic.Int32
+
+// RequireRoot skips a test without root.
+func RequireRoot(tb testing.TB) {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root: network namespaces, XDP and AF_XDP (CI runs as root)")
+	}
+}
+
+// New makes the bed with namespaces named prefix<pid>-<n>m and ...g and
+// removes everything when the test ends.
+func New(tb testing.TB, prefix string, o Opts) *Bed {
+	tb.Helper()
+	RequireRoot(tb)
+	if o.XQueues <= 0 {
+		o.XQueues = 1
+	}
+	n := seq.Add(1)
+	b := &Bed{
+		MidNS: fmt.Sprintf("%s%d-%dm", prefix, os.Getpid(), n),
+		GenNS: fmt.Sprintf("%s%d-%dg", prefix, os.Getpid(), n),
+	}
+	for _, name := range []string{b.MidNS, b.GenNS} {
+		err := nsx.OnThread(func() error {
+			h, err := netns.NewNamed(name) // moves this thread, which then ends
+			if err != nil {
+				return err
+			}
+			h.Close()
+			if !o.IPv6 {
+				return disableIPv6()
+			}
+			return nil
+		})
+		if err != nil {
+			tb.Fatalf("creating namespace %s: %v", name, err)
+		}
+		tb.Cleanup(func() {
+			if err := netns.DeleteNamed(name); err != nil {
+				tb.Errorf("deleting namespace %s: %v", name, err)
+			}
+		})
+	}
+	err := nsx.Do(b.MidNS, func() error {
+		g, err := netns.GetFromName(b.GenNS)
+		if err != nil {
+			return err
+		}
+		defer g.Close()
+		veth := &netlink.Veth{
+			LinkAttrs:        netlink.LinkAttrs{Name: XName, HardwareAddr: XMAC, NumTxQueues: o.XQueues, NumRxQueues: o.XQueues},
+			PeerName:         PName,
+			PeerHardwareAddr: PMAC,
+			PeerNumTxQueues:  uint32(o.XQueues),
+			PeerNumRxQueues:  uint32(o.XQueues),
+			PeerNamespace:    netlink.NsFd(g),
+		}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return fmt.Errorf("adding veth: %w", err)
+		}
+		l, err := netlink.LinkByName(XName)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(l)
+	})
+	if err != nil {
+		tb.Fatalf("veth in %s: %v", b.MidNS, err)
+	}
+	err = nsx.Do(b.GenNS, func() error {
+		l, err := netlink.LinkByName(PName)
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return err
+		}
+		if b.inj, err = packetSocket(l.Attrs().Index, unix.ETH_P_ALL, false); err != nil {
+			return err
+		}
+		b.cap, err = packetSocket(l.Attrs().Index, unix.ETH_P_ALL, true)
+		return err
+	})
+	for _, fd := range []int{b.inj, b.cap} {
+		if fd > 0 {
+			tb.Cleanup(func() { unix.Close(fd) })
+		}
+	}
+	if err != nil {
+		tb.Fatalf("peer in %s: %v", b.GenNS, err)
+	}
+	if b.X, err = nsx.LookupLink(b.MidNS, XName); err != nil {
+		tb.Fatal(err)
+	}
+	if b.P, err = nsx.LookupLink(b.GenNS, PName); err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+func disableIPv6() error {
+	for _, p := range []string{"default", "all"} {
+		f := "/proc/sys/net/ipv6/conf/" + p + "/disable_ipv6"
+		if err := os.WriteFile(f, []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// packetSocket opens an AF_PACKET socket bound to ifindex; a capturing one
+// has a short receive timeout.
+func packetSocket(ifindex int, proto uint16, capture bool) (int, error) {
+	p := proto
+	if !capture {
+		p = 0 // an injector receives nothing
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(p)))
+	if err != nil {
+		return -1, fmt.Errorf("AF_PACKET socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(p), Ifindex: ifindex}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("binding AF_PACKET socket: %w", err)
+	}
+	if capture {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 100_000}); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+	}
+	return fd, nil
+}
+
+// Send injects frames on P (they arrive on X).
+func (b *Bed) Send(tb testing.TB, frames ...[]byte) {
+	tb.Helper()
+	for _, f := range frames {
+		for {
+			_, err := unix.Write(b.inj, f)
+			if errors.Is(err, unix.ENOBUFS) || errors.Is(err, unix.EAGAIN) {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			if err != nil {
+				tb.Fatalf("sending on %s: %v", PName, err)
+			}
+			break
+		}
+	}
+}
+
+// Collect returns the frames P receives (not the ones it sends) for which
+// keep returns true, until it has n or timeout passes.
+func (b *Bed) Collect(tb testing.TB, n int, timeout time.Duration, keep func([]byte) bool) [][]byte {
+	tb.Helper()
+	var got [][]byte
+	buf := make([]byte, 4096)
+	deadline := time.Now().Add(timeout)
+	for len(got) < n && time.Now().Before(deadline) {
+		m, from, err := unix.Recvfrom(b.cap, buf, 0)
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			tb.Fatalf("capturing on %s: %v", PName, err)
+		}
+		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+			continue
+		}
+		f := append([]byte(nil), buf[:m]...)
+		if keep == nil || keep(f) {
+			got = append(got, f)
+		}
+	}
+	return got
+}
+
+// Drain discards what P has captured so far.
+func (b *Bed) Drain() {
+	buf := make([]byte, 4096)
+	for {
+		if _, _, err := unix.Recvfrom(b.cap, buf, unix.MSG_DONTWAIT); err != nil {
+			return
+		}
+	}
+}
+
+// UDP builds a UDP frame from the client to dst, sent from P to X.
+func UDP(tb testing.TB, src, dst netip.Addr, sport, dport uint16, payload int) []byte {
+	tb.Helper()
+	f, err := craft.Build(&craft.Packet{Src: src, Dst: dst, Proto: craft.UDP, SrcPort: sport, DstPort: dport,
+		PayloadLen: payload, SrcMAC: PMAC, DstMAC: XMAC})
+	if err != nil {
+		tb.Fatalf("building a frame: %v", err)
+	}
+	return f
+}
+
+// MACIndex is the index of mac in macs, -1 if absent.
+func MACIndex(macs []net.HardwareAddr, mac []byte) int {
+	for i, m := range macs {
+		if string(m) == string(mac) {
+			return i
+		}
+	}
+	return -1
+}
+
+// MainCheckFDs runs the tests and fails the run if they leave file
+// descriptors open (sockets, maps, programs, links, namespace handles).
+// Call it from TestMain.
+func MainCheckFDs(m *testing.M) int {
+	before := openFDs()
+	code := m.Run()
+	if code != 0 {
+		return code
+	}
+	var leaked []string
+	for fd, target := range openFDs() {
+		if _, ok := before[fd]; !ok {
+			leaked = append(leaked, fmt.Sprintf("fd %s -> %s", fd, target))
+		}
+	}
+	if len(leaked) > 0 {
+		fmt.Fprintf(os.Stderr, "leaked file descriptors:\n%s\n", strings.Join(leaked, "\n"))
+		return 1
+	}
+	return 0
+}
+
+func openFDs() map[string]string {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil
+	}
+	fds := make(map[string]string, len(ents))
+	for _, e := range ents {
+		target, err := os.Readlink("/proc/self/fd/" + e.Name())
+		// The runtime's poller (made on first use) is not a leak.
+		if err != nil || strings.HasPrefix(target, "/proc/") || target == "anon_inode:[eventpoll]" || target == "anon_inode:[eventfd]" {
+			continue
+		}
+		fds[e.Name()] = target
+	}
+	return fds
+}
