@@ -1,0 +1,118 @@
+package sink
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+)
+
+// XDP verdicts and struct xdp_md offsets.
+const (
+	xdpPass        = 2
+	mdData         = 0
+	mdDataEnd      = 4
+	mdRxQueueIndex = 16
+)
+
+// be16 is what a 16-bit load gives on this host for the big-endian v.
+func be16(v uint16) int32 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], v)
+	return int32(binary.NativeEndian.Uint16(b[:]))
+}
+
+// instructions: an IPv4 frame without options carrying UDP to PortLo..PortHi
+// goes to the socket of its rx queue (XDP_PASS when there is none);
+// everything else to the kernel.
+func instructions(xsks *ebpf.Map, miss int32) asm.Instructions {
+	return asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.LoadMem(asm.R2, asm.R6, mdData, asm.Word),
+		asm.LoadMem(asm.R3, asm.R6, mdDataEnd, asm.Word),
+		asm.Mov.Reg(asm.R4, asm.R2),
+		asm.Add.Imm(asm.R4, 14+20+8),
+		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
+		asm.LoadMem(asm.R5, asm.R2, 12, asm.Half),
+		asm.JNE.Imm(asm.R5, be16(0x0800), "pass"),
+		asm.LoadMem(asm.R5, asm.R2, 14, asm.Byte),
+		asm.JNE.Imm(asm.R5, 0x45, "pass"),
+		asm.LoadMem(asm.R5, asm.R2, 14+9, asm.Byte),
+		asm.JNE.Imm(asm.R5, 17, "pass"),
+		asm.LoadMem(asm.R5, asm.R2, 14+20+2, asm.Half),
+		asm.HostTo(asm.BE, asm.R5, asm.Half),
+		asm.JLT.Imm(asm.R5, PortLo, "pass"),
+		asm.JGT.Imm(asm.R5, PortHi, "pass"),
+		asm.LoadMapPtr(asm.R1, xsks.FD()),
+		asm.LoadMem(asm.R2, asm.R6, mdRxQueueIndex, asm.Word),
+		asm.Mov.Imm(asm.R3, miss),
+		asm.FnRedirectMap.Call(),
+		asm.Return(),
+		asm.Mov.Imm(asm.R0, xdpPass).WithSymbol("pass"),
+		asm.Return(),
+	}
+}
+
+// Program is the sink's XDP program and its XSKMAP.
+type Program struct {
+	prog *ebpf.Program
+	xsks *ebpf.Map
+	link link.Link
+}
+
+// Load creates the XSKMAP (queues 0..queues-1) and loads the program.
+func Load(queues int) (*Program, error) { return load(queues, xdpPass) }
+
+// load takes the verdict for a bench frame whose queue has no socket
+// (XDP_PASS; tests choose another to see the path taken).
+func load(queues int, miss int32) (*Program, error) {
+	xsks, err := ebpf.NewMap(&ebpf.MapSpec{Name: "lbx_sink_xsks", Type: ebpf.XSKMap, KeySize: 4, ValueSize: 4, MaxEntries: uint32(queues)})
+	if err != nil {
+		return nil, fmt.Errorf("sink: XSKMAP: %w", err)
+	}
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "lbx_sink", Type: ebpf.XDP, License: "Dual MIT/GPL", Instructions: instructions(xsks, miss)})
+	if err != nil {
+		xsks.Close()
+		return nil, fmt.Errorf("sink: loading the XDP program: %w", err)
+	}
+	return &Program{prog: prog, xsks: xsks}, nil
+}
+
+// Attach attaches the program in native mode to ifindex of the calling
+// thread's namespace (a bpf_link: gone with the process).
+func (p *Program) Attach(ifindex int) error {
+	l, err := link.AttachXDP(link.XDPOptions{Program: p.prog, Interface: ifindex, Flags: link.XDPDriverMode})
+	if err != nil {
+		return fmt.Errorf("sink: attaching XDP to ifindex %d: %w", ifindex, err)
+	}
+	p.link = l
+	return nil
+}
+
+// Register puts an AF_XDP socket bound to queue into the XSKMAP.
+func (p *Program) Register(queue, fd int) error {
+	if err := p.xsks.Update(uint32(queue), uint32(fd), ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("sink: registering socket for queue %d: %w", queue, err)
+	}
+	return nil
+}
+
+// Close detaches the program and frees the map.
+func (p *Program) Close() error {
+	var errs []error
+	if p.link != nil {
+		errs = append(errs, p.link.Close())
+	}
+	errs = append(errs, p.prog.Close(), p.xsks.Close())
+	return errors.Join(errs...)
+}
+
+// Run runs the program on one frame with BPF_PROG_TEST_RUN and returns its
+// verdict (tests).
+func (p *Program) Run(frame []byte) (uint32, error) {
+	ret, err := p.prog.Run(&ebpf.RunOptions{Data: frame})
+	return ret, err
+}
