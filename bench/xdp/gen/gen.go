@@ -1,0 +1,218 @@
+package gen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"xlb/bench/xdp/sink"
+	"xlb/dataplane/afxdp"
+)
+
+var epoch = time.Now()
+
+// Now is the clock of the payload timestamps: ns on the monotonic clock
+// since the process started (the sink reads the same clock).
+func Now() int64 { return int64(time.Since(epoch)) }
+
+// SocketOpts are the options of the generator's socket: 2048-byte chunks,
+// no extra headroom, and twice as many chunks as the fill, rx and TX rings
+// hold together, so that Alloc finds free chunks while the fill ring is
+// stocked for receiving.
+func SocketOpts() afxdp.Opts {
+	o := afxdp.DefaultOpts()
+	o.FrameSize = 2048
+	o.Headroom = 0
+	o.NumFrames = 8192
+	o.FillRingSize = 2048
+	o.RxRingSize = 2048
+	o.TxRingSize = 1024
+	o.CompletionRingSize = 2048
+	o.ZeroCopy = afxdp.ZeroCopyAuto
+	return o
+}
+
+// Config is one generator run.
+type Config struct {
+	Socket  *afxdp.Socket
+	Frames  *Frames
+	Counter *sink.Counter // receives what comes back
+	Run     uint32        // run id written into every frame
+	// Duration of sending; Rate in frames per second (0: as fast as the
+	// socket takes them).
+	Duration time.Duration
+	Rate     float64
+	// Drain is how long to go on receiving after sending stops, at most;
+	// receiving ends sooner once nothing arrived for DrainIdle.
+	Drain, DrainIdle time.Duration
+	// CPU pins the generator's thread (-1: not pinned).
+	CPU int
+	// Batch is the most frames queued per Transmit (default 32, what the
+	// kernel sends per wakeup in copy mode).
+	Batch int
+}
+
+// Result is what one run did.
+type Result struct {
+	// Queued frames were put on the TX ring; Sent is what the kernel
+	// completed (sent, or dropped by the device) before receiving ended.
+	Queued, Sent uint64
+	// SendTime is from the first to the last frame queued.
+	SendTime time.Duration
+	// ThreadCPU is the CPU time of the generator's thread.
+	ThreadCPU time.Duration
+	// Socket's counters over the run (kernel drops included).
+	Stats afxdp.Stats
+}
+
+// Run sends and receives on cfg.Socket from one OS thread until the
+// duration and drain are over or ctx ends. The thread is pinned to cfg.CPU
+// and ends with the run (it is never handed back to the scheduler pinned).
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	if cfg.Socket == nil || cfg.Frames == nil || cfg.Counter == nil {
+		return Result{}, errors.New("gen: socket, frames and counter are required")
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 32
+	}
+	if cfg.Drain <= 0 {
+		cfg.Drain = 200 * time.Millisecond
+	}
+	if cfg.DrainIdle <= 0 {
+		cfg.DrainIdle = 20 * time.Millisecond
+	}
+	type out struct {
+		r   Result
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the pinned thread ends here
+		if cfg.CPU >= 0 {
+			var set unix.CPUSet
+			set.Set(cfg.CPU)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				done <- out{err: fmt.Errorf("gen: pinning to cpu %d: %w", cfg.CPU, err)}
+				return
+			}
+		}
+		r, err := loop(ctx, &cfg)
+		done <- out{r, err}
+	}()
+	o := <-done
+	return o.r, o.err
+}
+
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
+func loop(ctx context.Context, cfg *Config) (Result, error) {
+	s, fr, c := cfg.Socket, cfg.Frames, cfg.Counter
+	batch := cfg.Batch
+	rx := make([]unix.XDPDesc, 256)
+	tx := make([]unix.XDPDesc, batch)
+	addrs := make([]uint64, max(256, batch))
+	before, err := s.Stats()
+	if err != nil {
+		return Result{}, err
+	}
+	cpu0 := threadCPU()
+	var r Result
+	flow := 0
+	start := Now()
+	end := start + int64(cfg.Duration)
+	drainEnd := end + int64(cfg.Drain)
+	lastRx := start
+	lastTx := start
+	frameLen := uint32(fr.Len())
+	for iter := 0; ; iter++ {
+		if iter&1023 == 0 && ctx.Err() != nil {
+			return r, ctx.Err()
+		}
+		now := Now()
+		busy := false
+		if n := s.Receive(rx); n > 0 {
+			t := Now()
+			for i, d := range rx[:n] {
+				c.Record(s.Frame(d), t)
+				addrs[i] = d.Addr
+			}
+			s.Recycle(addrs[:n])
+			lastRx, busy = t, true
+		}
+		r.Sent += uint64(s.Complete())
+		if now < end {
+			want := batch
+			if cfg.Rate > 0 {
+				due := int64(cfg.Rate*float64(now-start)/1e9) + 1 - int64(r.Queued)
+				want = int(min(int64(batch), max(due, 0)))
+			}
+			if want > 0 {
+				k := s.Alloc(addrs[:want])
+				ts := Now()
+				for i, a := range addrs[:k] {
+					buf, off := s.Chunk(a)
+					fr.Write(buf[off:], flow, ts, cfg.Run)
+					if flow++; flow == fr.n {
+						flow = 0
+					}
+					tx[i] = unix.XDPDesc{Addr: a, Len: frameLen}
+				}
+				used := s.Transmit(tx[:k])
+				if used < k {
+					for i := used; i < k; i++ {
+						addrs[i] = tx[i].Addr
+					}
+					s.Recycle(addrs[used:k])
+				}
+				if used > 0 {
+					r.Queued += uint64(used)
+					lastTx, busy = ts, true
+				}
+			}
+		} else if now > drainEnd || (r.Sent >= r.Queued && now-lastRx > int64(cfg.DrainIdle) && now-end > int64(cfg.DrainIdle)) {
+			break
+		}
+		if !busy {
+			// Let the kernel thread that delivers our frames run if it
+			// shares this core; a syscall only when the ring asks.
+			_, _ = s.Poll(0)
+			_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		}
+	}
+	r.SendTime = time.Duration(lastTx - start)
+	r.ThreadCPU = threadCPU() - cpu0
+	after, err := s.Stats()
+	if err != nil {
+		return r, err
+	}
+	r.Stats = diffStats(after, before)
+	return r, nil
+}
+
+func diffStats(a, b afxdp.Stats) afxdp.Stats {
+	k, kb := a.Kernel, b.Kernel
+	a.Kernel = afxdp.KernelStats{
+		RxDropped: k.RxDropped - kb.RxDropped, RxInvalidDescs: k.RxInvalidDescs - kb.RxInvalidDescs,
+		TxInvalidDescs: k.TxInvalidDescs - kb.TxInvalidDescs, RxRingFull: k.RxRingFull - kb.RxRingFull,
+		FillRingEmpty: k.FillRingEmpty - kb.FillRingEmpty, TxRingEmpty: k.TxRingEmpty - kb.TxRingEmpty,
+	}
+	c, cb := a.Counters, b.Counters
+	a.Counters = afxdp.Counters{
+		RxFrames: c.RxFrames - cb.RxFrames, TxFrames: c.TxFrames - cb.TxFrames, Completed: c.Completed - cb.Completed,
+		Recycled: c.Recycled - cb.Recycled, RxInvalid: c.RxInvalid - cb.RxInvalid, TxInvalid: c.TxInvalid - cb.TxInvalid,
+		RecycleInvalid: c.RecycleInvalid - cb.RecycleInvalid, CompletionInvalid: c.CompletionInvalid - cb.CompletionInvalid,
+		Kicks: c.Kicks - cb.Kicks, KickTransient: c.KickTransient - cb.KickTransient, KickErrors: c.KickErrors - cb.KickErrors,
+		LastKickErrno: c.LastKickErrno, Polls: c.Polls - cb.Polls,
+	}
+	return a
+}
