@@ -252,9 +252,9 @@ func (r *Result) notes() []string {
 		"(1/N of the table) shrinks with N, so the ratio grows with N at any practical M.", targetRemovalRatio, orNone(meet)))
 	ns = append(ns, "Disruption: minimum = the removed backend's entries, the added backend's entries, or the change in the "+
 		"re-weighted backend's entries; changed = entries whose owner differs; others moved = entries owned by neither "+
-		"the affected backend before nor after that changed owner anyway, over the entries the others held. Raising the "+
-		"largest weight (1->2 in an all-1 set) changes the rhythm in which every backend claims entries, so it moves "+
-		"far more than the minimum.")
+		"the affected backend before nor after that changed owner anyway, over the entries the others held. "+
+		"Re-weighting 1->2 in an all-1 set raises the largest weight, which changes the rhythm in which every backend "+
+		"claims entries; w->w+1 below the largest does not.")
 	var hot, base float64
 	for _, l := range r.Lookup {
 		if l.Tables == 1 && !l.Dependent {
