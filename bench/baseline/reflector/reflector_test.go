@@ -1,0 +1,194 @@
+package reflector
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+
+	"xlb/bench/baseline/internal/bltest"
+	"xlb/bench/baseline/internal/nsx"
+	"xlb/dataplane/afxdp"
+	"xlb/dataplane/xdpprog"
+)
+
+func TestMain(m *testing.M) { os.Exit(bltest.MainCheckFDs(m)) }
+
+func start(tb testing.TB, cfg Config) *Reflector {
+	tb.Helper()
+	r, err := Start(context.Background(), cfg)
+	if errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, afxdp.ErrUnsupported) {
+		tb.Skipf("kernel lacks XDP or AF_XDP: %v", err)
+	}
+	if err != nil {
+		tb.Fatalf("Start: %v", err)
+	}
+	tb.Cleanup(func() { r.Close() })
+	return r
+}
+
+func xdpAttached(tb testing.TB, ns, name string) bool {
+	tb.Helper()
+	var on bool
+	err := nsx.Do(ns, func() error {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			return err
+		}
+		on = l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return on
+}
+
+// TestReflects sends UDP frames of many flows and sizes (64..1500 bytes)
+// from the peer to the VIP of a two-queue interface and checks that every
+// one comes back out of it with the interface's source MAC, a backend's
+// destination MAC in round-robin shares, and the rest of the frame
+// unchanged; frames to another address are not reflected. Both queues
+// work, the counters add up, the workers' CPU time is reported, and Close
+// detaches the program.
+func TestReflects(t *testing.T) {
+	for _, mode := range []xdpprog.Mode{xdpprog.ModeNative, xdpprog.ModeGeneric} {
+		t.Run(string(mode), func(t *testing.T) {
+			queues := 2
+			if mode == xdpprog.ModeGeneric {
+				queues = 1 // generic XDP reports every frame on queue 0
+			}
+			bed := bltest.New(t, "blrf", bltest.Opts{XQueues: queues})
+			r := start(t, Config{NS: bed.MidNS, Iface: bltest.XName, VIPs: []netip.Addr{bltest.VIP4}, Backends: bltest.Backends, Mode: mode})
+			if r.Mode() != mode || len(r.BindModes()) != queues {
+				t.Fatalf("mode %s with %d sockets, want %s with %d", r.Mode(), len(r.BindModes()), mode, queues)
+			}
+			const flows = 400
+			sent := map[uint16][]byte{}
+			for i := range flows {
+				sport := uint16(20000 + i)
+				f := bltest.UDP(t, bltest.Client4, bltest.VIP4, sport, 53, 18+(i*97)%(1472-18+1))
+				sent[sport] = f
+				bed.Send(t, f)
+			}
+			for i := range 5 {
+				bed.Send(t, bltest.UDP(t, bltest.Client4, netip.MustParseAddr("10.201.0.99"), uint16(30000+i), 53, 18))
+			}
+			ours := func(b []byte) bool { return len(b) > 42 && bytes.Equal(b[6:12], bltest.XMAC) }
+			got := bed.Collect(t, flows, 5*time.Second, ours)
+			// Anything more (a duplicate, a non-VIP frame) shows up soon.
+			got = append(got, bed.Collect(t, 1, 200*time.Millisecond, ours)...)
+			counts := make([]int, len(bltest.Backends))
+			for _, g := range got {
+				sport := binary.BigEndian.Uint16(g[34:])
+				in, ok := sent[sport]
+				if !ok {
+					t.Fatalf("a frame came back that was not sent to the VIP, or twice (source port %d)", sport)
+				}
+				delete(sent, sport)
+				i := bltest.MACIndex(bltest.Backends, g[:6])
+				if i < 0 {
+					t.Fatalf("port %d: destination MAC %x is no backend's", sport, g[:6])
+				}
+				if !bytes.Equal(g[12:], in[12:]) {
+					t.Fatalf("port %d: frame changed beyond the MACs", sport)
+				}
+				counts[i]++
+			}
+			if len(sent) > 0 {
+				t.Fatalf("%d of %d frames did not come back", len(sent), flows)
+			}
+			// Round-robin per queue: each queue's share is split within
+			// one frame, so the totals are within one per queue.
+			for i, c := range counts {
+				if d := c - flows/len(counts); d < -queues || d > queues {
+					t.Errorf("backend %d got %d of %d frames, not a round-robin share (%v)", i, c, flows, counts)
+				}
+			}
+			st := r.Stats()
+			if st.RX != flows || st.TX != flows || st.Drops != 0 {
+				t.Errorf("stats rx %d tx %d drops %d, want %d, %d, 0", st.RX, st.TX, st.Drops, flows, flows)
+			}
+			if st.XDP.Redirected != flows || st.XDP.PassedNotVIP < 5 {
+				t.Errorf("XDP stats %+v: want %d redirected and the 5 others passed", st.XDP, flows)
+			}
+			for _, q := range st.Queues {
+				if q.RX == 0 {
+					t.Errorf("queue %d received nothing (%+v)", q.Queue, st.Queues)
+				}
+			}
+			if st.CPU <= 0 {
+				t.Errorf("CPU time %v, want > 0", st.CPU)
+			}
+			t.Logf("%s: %v per backend, CPU %v, queues rx %v", mode, counts, st.CPU, func() (rx []uint64) {
+				for _, q := range st.Queues {
+					rx = append(rx, q.RX)
+				}
+				return
+			}())
+			if err := r.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			if xdpAttached(t, bed.MidNS, bltest.XName) {
+				t.Error("XDP program still attached after Close")
+			}
+			if after := r.Stats(); after.RX != flows || after.CPU < st.CPU {
+				t.Errorf("after Close: rx %d CPU %v, want %d and >= %v", after.RX, after.CPU, flows, st.CPU)
+			}
+		})
+	}
+}
+
+// TestStopsWithContext: the workers end when Start's context ends, and
+// Close still releases everything.
+func TestStopsWithContext(t *testing.T) {
+	bed := bltest.New(t, "blrf", bltest.Opts{})
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := Start(ctx, Config{NS: bed.MidNS, Iface: bltest.XName, VIPs: []netip.Addr{bltest.VIP4}, Backends: bltest.Backends})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("workers still running 5s after the context ended")
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStartRefuses: bad configurations and a busy interface fail, leaving
+// nothing behind (the fd check of TestMain covers sockets and maps).
+func TestStartRefuses(t *testing.T) {
+	bed := bltest.New(t, "blrf", bltest.Opts{})
+	ok := Config{NS: bed.MidNS, Iface: bltest.XName, VIPs: []netip.Addr{bltest.VIP4}, Backends: bltest.Backends}
+	for name, c := range map[string]Config{
+		"no backends": {NS: ok.NS, Iface: ok.Iface, VIPs: ok.VIPs},
+		"no VIPs":     {NS: ok.NS, Iface: ok.Iface, Backends: ok.Backends},
+		"CPUs":        {NS: ok.NS, Iface: ok.Iface, VIPs: ok.VIPs, Backends: ok.Backends, CPUs: []int{0, 1}},
+		"queue twice": {NS: ok.NS, Iface: ok.Iface, VIPs: ok.VIPs, Backends: ok.Backends, Queues: []int{0, 0}},
+	} {
+		if _, err := Start(context.Background(), c); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: %v, want ErrConfig", name, err)
+		}
+	}
+	start(t, ok)
+	if r2, err := Start(context.Background(), ok); err == nil {
+		r2.Close()
+		t.Fatal("a second reflector on the same interface started")
+	}
+	if !xdpAttached(t, bed.MidNS, bltest.XName) {
+		t.Fatal("the failed Start detached the first program")
+	}
+}
