@@ -1,0 +1,147 @@
+package xdp
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"xlb/bench/xdp/gen"
+	"xlb/bench/xdp/sink"
+	"xlb/bench/xdp/topo"
+)
+
+// caseResult is one measured case.
+type caseResult struct {
+	Variant  string  `json:"forwarder"`
+	Size     int     `json:"frame_bytes"` // on the wire, FCS included
+	Load     string  `json:"load"`        // "full" or "half"
+	RatePPS  float64 `json:"rate_pps,omitempty"`
+	Duration float64 `json:"duration_s"`
+
+	Sent       uint64   `json:"sent"`
+	Forwarded  uint64   `json:"forwarded"`
+	PerBackend []uint64 `json:"per_backend"`
+	Other      uint64   `json:"other_mac"`
+	SentPPS    float64  `json:"sent_pps"`
+	FwdPPS     float64  `json:"forwarded_pps"`
+	Loss       float64  `json:"loss"` // fraction of sent
+
+	// Where frames were dropped (kernel counters over the case).
+	DropIn   uint64 `json:"drop_in"`   // generator -> middle: the middle's rx ring, XDP redirect failures
+	DropOut  uint64 `json:"drop_out"`  // middle -> generator: the return ring, sink redirect failures
+	DropSink uint64 `json:"drop_sink"` // the sink socket's rx ring full or no fill buffer
+
+	// The middle hop's CPU: its NAPI thread (kernel: XDP, copies into
+	// AF_XDP, the stack) and its user-space threads.
+	KernelCPU  float64 `json:"middle_kernel_cpu_s"`
+	UserCPU    float64 `json:"middle_user_cpu_s"`
+	BusyCores  float64 `json:"middle_busy_cores"`
+	NsPerPkt   float64 `json:"middle_cpu_ns_per_packet"`
+	PPSPerCore float64 `json:"pps_per_busy_core"`
+	GenCPU     float64 `json:"generator_cpu_s"`
+	// CPUBusy is each CPU's busy fraction over the case (/proc/stat: the
+	// whole machine, other processes included).
+	CPUBusy []float64 `json:"cpu_busy"`
+
+	LatP50, LatP90, LatP99, LatP999, LatMean, LatMax float64 // µs
+	latency                                          sink.Histogram
+}
+
+// setAffinity pins task pid to cpu.
+func setAffinity(pid, cpu int) error {
+	var set unix.CPUSet
+	set.Set(cpu)
+	return unix.SchedSetaffinity(pid, &set)
+}
+
+// vethDrops reads a veth's rx and tx drop counters in namespace ns.
+func vethDrops(ns, dev string) (rx, tx uint64) {
+	_ = topo.InNS(ns, func() error {
+		l, err := netlink.LinkByName(dev)
+		if err == nil && l.Attrs().Statistics != nil {
+			rx, tx = l.Attrs().Statistics.RxDropped, l.Attrs().Statistics.TxDropped
+		}
+		return nil
+	})
+	return
+}
+
+type dropCounts struct{ genRx, genTx, midRx, midTx uint64 }
+
+func (b *bench) drops() dropCounts {
+	var d dropCounts
+	d.genRx, d.genTx = vethDrops(b.topo.GenNS, b.topo.GenDev)
+	d.midRx, d.midTx = vethDrops(b.topo.MidNS, b.topo.MidDev)
+	return d
+}
+
+// kernelCPU is the CPU time of the middle veth's NAPI thread(s).
+func (b *bench) kernelCPU() time.Duration {
+	var d time.Duration
+	for _, pid := range topo.NAPIThreads(b.topo.MidDev) {
+		d += pidCPU(pid)
+	}
+	return d
+}
+
+// runCase sends variant v's frames of size at rate (0: full speed) for d.
+func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, rate float64, d time.Duration) (caseResult, error) {
+	fr := b.frames[[2]int{size, int(v.port)}]
+	if fr == nil {
+		return caseResult{}, fmt.Errorf("no frames for %d bytes to port %d", size, v.port)
+	}
+	b.run++
+	ctr := sink.NewCounter(backendMACs(b.topo), b.run)
+	var user0 time.Duration
+	if f.userCPU != nil {
+		user0 = f.userCPU()
+	}
+	kern0, drops0, cpu0 := b.kernelCPU(), b.drops(), readCPUTimes()
+	start := time.Now()
+	res, err := gen.Run(ctx, gen.Config{Socket: b.sock, Frames: fr, Counter: ctr, Run: b.run,
+		Duration: d, Rate: rate, CPU: b.genCPU})
+	wall := time.Since(start)
+	if err != nil {
+		return caseResult{}, err
+	}
+	cpu1, drops1, kern1 := readCPUTimes(), b.drops(), b.kernelCPU()
+	var user time.Duration
+	if f.userCPU != nil {
+		user = f.userCPU() - user0
+	}
+	if err := f.alive(); err != nil {
+		return caseResult{}, err
+	}
+
+	r := caseResult{Variant: v.name, Size: size, Load: "full", RatePPS: rate, Duration: d.Seconds(),
+		Sent: res.Sent, Forwarded: ctr.Frames, PerBackend: ctr.PerBackend, Other: ctr.Other,
+		GenCPU: res.ThreadCPU.Seconds(), CPUBusy: busyFrac(cpu0, cpu1), latency: ctr.Latency}
+	if rate > 0 {
+		r.Load = "half"
+	}
+	secs := d.Seconds()
+	r.SentPPS = float64(r.Sent) / secs
+	r.FwdPPS = float64(r.Forwarded) / secs
+	if r.Sent > 0 {
+		r.Loss = 1 - float64(r.Forwarded)/float64(r.Sent)
+	}
+	r.DropIn = (drops1.genTx - drops0.genTx) + (drops1.midRx - drops0.midRx)
+	r.DropOut = (drops1.midTx - drops0.midTx) + (drops1.genRx - drops0.genRx)
+	r.DropSink = res.Stats.Kernel.RxDropped + res.Stats.Kernel.RxRingFull
+	r.KernelCPU = (kern1 - kern0).Seconds()
+	r.UserCPU = user.Seconds()
+	mid := r.KernelCPU + r.UserCPU
+	r.BusyCores = mid / wall.Seconds()
+	if r.Forwarded > 0 && mid > 0 {
+		r.NsPerPkt = mid * 1e9 / float64(r.Forwarded)
+		r.PPSPerCore = float64(r.Forwarded) / mid
+	}
+	h := &r.latency
+	us := func(ns uint64) float64 { return float64(ns) / 1e3 }
+	r.LatP50, r.LatP90, r.LatP99, r.LatP999 = us(h.Quantile(0.5)), us(h.Quantile(0.9)), us(h.Quantile(0.99)), us(h.Quantile(0.999))
+	r.LatMean, r.LatMax = h.Mean()/1e3, us(h.Max)
+	return r, nil
+}

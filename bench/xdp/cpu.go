@@ -1,0 +1,112 @@
+package xdp
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// taskCPU is the CPU time a task (a thread, or a kernel thread) has run,
+// from /proc/PID/schedstat (ns; the scheduler's own accounting), falling
+// back to utime+stime of /proc/PID/stat (clock ticks) without schedstat.
+func taskCPU(dir string) (time.Duration, bool) {
+	if b, err := os.ReadFile(filepath.Join(dir, "schedstat")); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if ns, err := strconv.ParseUint(f[0], 10, 64); err == nil {
+				return time.Duration(ns), true
+			}
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, false
+	}
+	u, _ := strconv.ParseUint(f[11], 10, 64)
+	st, _ := strconv.ParseUint(f[12], 10, 64)
+	return time.Duration(u+st) * time.Second / clockTicks, true
+}
+
+const clockTicks = 100 // USER_HZ on Linux
+
+// pidCPU is the CPU time of task pid.
+func pidCPU(pid int) time.Duration {
+	d, _ := taskCPU("/proc/" + strconv.Itoa(pid))
+	return d
+}
+
+// processCPU sums the CPU time of every thread of process pid.
+func processCPU(pid int) time.Duration {
+	base := "/proc/" + strconv.Itoa(pid) + "/task"
+	ents, err := os.ReadDir(base)
+	if err != nil {
+		return 0
+	}
+	var sum time.Duration
+	for _, e := range ents {
+		if d, ok := taskCPU(filepath.Join(base, e.Name())); ok {
+			sum += d
+		}
+	}
+	return sum
+}
+
+// cpuTimes are /proc/stat's busy and total jiffies per CPU.
+type cpuTimes struct {
+	busy, total []uint64
+}
+
+// readCPUTimes reads /proc/stat. Busy is everything but idle and iowait.
+func readCPUTimes() cpuTimes {
+	var t cpuTimes
+	f, err := os.Open("/proc/stat")
+	if err != nil {
+		return t
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 8 || !strings.HasPrefix(fs[0], "cpu") || fs[0] == "cpu" {
+			continue
+		}
+		var busy, total uint64
+		for i, v := range fs[1:] {
+			n, _ := strconv.ParseUint(v, 10, 64)
+			if i >= 8 { // guest time is already in user
+				break
+			}
+			total += n
+			if i != 3 && i != 4 { // idle, iowait
+				busy += n
+			}
+		}
+		t.busy = append(t.busy, busy)
+		t.total = append(t.total, total)
+	}
+	return t
+}
+
+// busyFrac returns, per CPU, the fraction of time busy between a and b.
+func busyFrac(a, b cpuTimes) []float64 {
+	var out []float64
+	for i := range min(len(a.busy), len(b.busy)) {
+		if dt := b.total[i] - a.total[i]; dt > 0 {
+			out = append(out, float64(b.busy[i]-a.busy[i])/float64(dt))
+		} else {
+			out = append(out, 0)
+		}
+	}
+	return out
+}
