@@ -6,6 +6,7 @@
 #                          [--queues Q] [--weights W1,W2,...] [--no-servers]
 #          testbed.sh down [--prefix P]
 #          testbed.sh status [--prefix P]
+#          testbed.sh start-server [--prefix P] --backend I
 #
 # Topology (P = prefix, default xlbt; c1, b1 addresses shown, cI and bI count up):
 #
@@ -55,10 +56,17 @@
 #
 #   Each backend runs xlb-testserver (cmd/xlb-testserver): HTTP on TCP ports
 #   $TB_TCP_PORTS (default "80 8080") answering "backend bI" with X-Backend,
-#   /healthz with the weight header when --weights is given, UDP echo
-#   "bI: payload" on $TB_UDP_PORTS (default "53"), IPv4 and IPv6. Pid files
-#   and logs are in /run/xlb-testbed-P/. The binary is $XLB_TESTSERVER, or
-#   built there with `go build`.
+#   /healthz with the weight header, UDP echo "bI: payload" on $TB_UDP_PORTS
+#   (default "53"), IPv4 and IPv6. The weight header's value is the content
+#   of /run/xlb-testbed-P/bI.weight, read on every /healthz (missing or
+#   empty: no header): up writes --weights' value there when it starts a
+#   server, and whoever changes the file changes the weight bI reports. Pid
+#   files and logs are in /run/xlb-testbed-P/. The binary is
+#   $XLB_TESTSERVER, or built there with `go build`.
+#
+# start-server starts backend I's server again (after a test killed it),
+# with the bed's ports and its weight file as they are; a running server is
+# left alone.
 #
 # up is idempotent: it creates what is missing and leaves what exists (running
 # servers included); down removes every namespace and link whose name starts
@@ -75,6 +83,7 @@ usage() {
 	                     [--queues Q] [--weights W1,W2,...] [--no-servers]
 	       $PROG down [--prefix P]
 	       $PROG status [--prefix P]
+	       $PROG start-server [--prefix P] --backend I
 	EOF
 	exit 2
 }
@@ -98,7 +107,7 @@ LBMAC=02:97:00:00:00:02
 [ $# -ge 1 ] || usage
 CMD=$1
 shift
-PREFIX=xlbt CLIENTS=1 BACKENDS=3 FAILOVER=1 QUEUES=2 WEIGHTS="" SERVERS=1
+PREFIX=xlbt CLIENTS=1 BACKENDS=3 FAILOVER=1 QUEUES=2 WEIGHTS="" SERVERS=1 BACKEND=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--prefix) PREFIX=${2-}; shift 2 || usage ;;
@@ -108,11 +117,12 @@ while [ $# -gt 0 ]; do
 	--queues) QUEUES=${2-}; shift 2 || usage ;;
 	--weights) WEIGHTS=${2-}; shift 2 || usage ;;
 	--no-servers) SERVERS=0; shift ;;
+	--backend) BACKEND=${2-}; shift 2 || usage ;;
 	-h | --help) usage ;;
 	*) echo "$PROG: unknown argument $1" >&2; usage ;;
 	esac
 done
-case "$CMD" in up | down | status) ;; *) echo "$PROG: unknown command $CMD" >&2; usage ;; esac
+case "$CMD" in up | down | status | start-server) ;; *) echo "$PROG: unknown command $CMD" >&2; usage ;; esac
 
 # Interface names are at most 15 characters: "P-b50eth" is the longest.
 [[ "$PREFIX" =~ ^[a-z][a-z0-9]{0,7}$ ]] ||
@@ -189,25 +199,27 @@ alive() {
 join() { local IFS=,; echo "$*"; }
 
 start_server() {
-	local i=$1 bin=$2 ns=$PREFIX-b$1 pidf=$RUN/b$1.pid tcp=() udp=() p w=()
+	local i=$1 bin=$2 ns=$PREFIX-b$1 pidf=$RUN/b$1.pid tcp=() udp=() p from
 	alive "$pidf" && return 0
 	rm -f "$pidf"
+	from=$(stat -c %s "$RUN/b$i.log" 2>/dev/null || echo 0)
 	for p in $TCP_PORTS; do tcp+=("0.0.0.0:$p" "[::]:$p"); done
 	for p in $UDP_PORTS; do udp+=("0.0.0.0:$p" "[::]:$p"); done
-	[ -z "$WEIGHTS" ] || w=(--weight "${WEIGHT[$((i - 1))]}")
 	# setsid and no inherited descriptors: the server outlives this script,
-	# and a caller reading our output is not kept waiting by it.
+	# and a caller reading our output is not kept waiting by it. A restarted
+	# server appends to its log, which keeps what came before the restart.
 	ip netns exec "$ns" setsid "$bin" serve --name "b$i" --pidfile "$pidf" \
-		--listen-tcp "$(join "${tcp[@]}")" --listen-udp "$(join "${udp[@]}")" "${w[@]}" \
-		</dev/null >"$RUN/b$i.log" 2>&1 &
+		--listen-tcp "$(join "${tcp[@]}")" --listen-udp "$(join "${udp[@]}")" \
+		--weight-file "$RUN/b$i.weight" </dev/null >>"$RUN/b$i.log" 2>&1 &
 	# The pid file appears once every socket is bound; the server writes
-	# "xlb-testserver: ..." to its log when it gives up.
+	# "xlb-testserver: ..." to its log when it gives up (lines after the
+	# $from of a restart are this start's).
 	for _ in $(seq 100); do
 		[ -s "$pidf" ] && return 0
-		grep -q '^xlb-testserver: ' "$RUN/b$i.log" 2>/dev/null && break
+		tail -c +$((from + 1)) "$RUN/b$i.log" 2>/dev/null | grep -q '^xlb-testserver: ' && break
 		sleep 0.05
 	done
-	cat "$RUN/b$i.log" >&2
+	tail -c +$((from + 1)) "$RUN/b$i.log" >&2
 	die "xlb-testserver b$i did not start (log above, $RUN/b$i.log)"
 }
 
@@ -288,10 +300,29 @@ up() {
 	done
 	ip netns exec "$SW" "$bin" offload-off "$PREFIX-lbsw"
 	if [ "$SERVERS" = 1 ]; then
-		for i in $(seq "$NB"); do start_server "$i" "$bin"; done
+		for i in $(seq "$NB"); do
+			# The weight a server starts with; a running one keeps its own.
+			if ! alive "$RUN/b$i.pid"; then
+				if [ -n "$WEIGHTS" ]; then
+					echo "${WEIGHT[$((i - 1))]}" >"$RUN/b$i.weight"
+				else
+					rm -f "$RUN/b$i.weight"
+				fi
+			fi
+			start_server "$i" "$bin"
+		done
 	fi
 	echo "$PROG: up: prefix $PREFIX, clients $CLIENTS, backends $BACKENDS + failover $FAILOVER," \
 		"balancer interface $PREFIX-lbeth in $LB ($QUEUES queues), VIPs $VIP4 $VIP6"
+}
+
+# --- start-server ----------------------------------------------------------------
+start-server() {
+	[[ "$BACKEND" =~ ^[1-9][0-9]?$ ]] || die "start-server: --backend must be a backend number (1 for b1, ...); got '$BACKEND'"
+	nsexists "$PREFIX-b$BACKEND" || die "start-server: no namespace $PREFIX-b$BACKEND (is the bed up?)"
+	mkdir -p "$RUN"
+	start_server "$BACKEND" "$(testserver_bin)"
+	echo "$PROG: start-server: b$BACKEND pid $(cat "$RUN/b$BACKEND.pid")"
 }
 
 # --- down --------------------------------------------------------------------

@@ -8,12 +8,17 @@ import (
 
 // serveConfig is the validated form of the serve flags.
 type serveConfig struct {
-	name    string
-	tcp     []netip.AddrPort
-	udp     []netip.AddrPort
-	weight  int // < 0: /healthz sends no weight header
-	pidfile string
-	verbose bool
+	name   string
+	tcp    []netip.AddrPort
+	udp    []netip.AddrPort
+	weight int // < 0: /healthz sends no weight header
+	// weightFile, when set, is read on every healthy /healthz instead:
+	// its content (one trailing newline aside) is the weight header's
+	// value, verbatim; missing or empty, no header. Tests change a
+	// backend's reported weight at runtime through it.
+	weightFile string
+	pidfile    string
+	verbose    bool
 }
 
 func parseServe(args []string) (serveConfig, error) {
@@ -22,14 +27,18 @@ func parseServe(args []string) (serveConfig, error) {
 	tcp := fs.String("listen-tcp", "0.0.0.0:80,[::]:80", "comma-separated TCP addresses for HTTP")
 	udp := fs.String("listen-udp", "0.0.0.0:53,[::]:53", "comma-separated UDP addresses for the echo")
 	weight := fs.Int("weight", -1, "weight reported by /healthz (omitted when negative)")
+	weightFile := fs.String("weight-file", "", "file whose content /healthz sends as the weight header, read on every request")
 	pidfile := fs.String("pidfile", "", "file to write the pid to once every address is bound")
 	verbose := fs.Bool("verbose", false, "log every request")
 	if err := parseFlags(fs, args); err != nil {
 		return serveConfig{}, err
 	}
-	cfg := serveConfig{name: *name, weight: *weight, pidfile: *pidfile, verbose: *verbose}
+	cfg := serveConfig{name: *name, weight: *weight, weightFile: *weightFile, pidfile: *pidfile, verbose: *verbose}
 	if cfg.name == "" || strings.ContainsAny(cfg.name, " :\r\n") {
 		return serveConfig{}, fmt.Errorf("serve: --name must be a non-empty word without spaces or colons, got %q (%w)", cfg.name, errUsage)
+	}
+	if cfg.weightFile != "" && cfg.weight >= 0 {
+		return serveConfig{}, fmt.Errorf("serve: --weight and --weight-file exclude each other (%w)", errUsage)
 	}
 	var err error
 	if cfg.tcp, err = parseAddrs("--listen-tcp", *tcp); err != nil {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 
 	"go.uber.org/zap"
 )
@@ -34,9 +36,30 @@ func (s *server) handler() http.Handler {
 			_, _ = w.Write([]byte("unhealthy\n"))
 			return
 		}
-		if s.weight >= 0 {
-			h.Set(headerWeight, strconv.Itoa(s.weight))
+		if w, ok := s.reportedWeight(); ok {
+			h.Set(headerWeight, w)
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+}
+
+// reportedWeight is the weight header's value, if /healthz sends one: the
+// --weight-file's content when that is set (read now, so a test can change
+// it while the server runs; a file that is missing, unreadable or empty
+// means no header), else --weight.
+func (s *server) reportedWeight() (string, bool) {
+	if s.weightFile == "" {
+		return strconv.Itoa(s.weight), s.weight >= 0
+	}
+	raw, err := os.ReadFile(s.weightFile)
+	if err != nil {
+		return "", false
+	}
+	v := strings.TrimSuffix(strings.TrimSuffix(string(raw), "\n"), "\r")
+	// A header value cannot hold a line break: what is left of one is the
+	// test's mistake, sent as no header rather than a broken reply.
+	if v == "" || strings.ContainsAny(v, "\r\n") {
+		return "", false
+	}
+	return v, true
 }

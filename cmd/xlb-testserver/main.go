@@ -20,9 +20,10 @@ import (
 
 const usage = `usage:
   xlb-testserver [serve] --name NAME [--listen-tcp ADDR:PORT,...] [--listen-udp ADDR:PORT,...]
-                 [--weight N] [--pidfile FILE] [--verbose]
+                 [--weight N | --weight-file FILE] [--pidfile FILE] [--verbose]
       answer HTTP (body "backend NAME", header X-Backend) and echo UDP ("NAME: payload");
-      /healthz is 200 with X-Load-Balancing-Endpoint-Weight when --weight is set;
+      /healthz is 200 with X-Load-Balancing-Endpoint-Weight when --weight is set, or
+      with FILE's content as its value, read on every request (missing or empty: none);
       SIGUSR1 makes /healthz answer 503, SIGUSR2 makes it healthy again
   xlb-testserver probe [--tcp ADDR:PORT] [--udp ADDR:PORT] [-n N] [--parallel P] [--timeout D]
       open N new connections (and N UDP exchanges, each from a new port) and print

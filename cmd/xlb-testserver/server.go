@@ -21,11 +21,12 @@ import (
 // server holds every socket of one backend; listen binds them all before
 // anything is served, so a pid file written after listen means "ready".
 type server struct {
-	name    string
-	weight  int
-	log     *zap.Logger
-	verbose bool
-	healthy atomic.Bool
+	name       string
+	weight     int
+	weightFile string
+	log        *zap.Logger
+	verbose    bool
+	healthy    atomic.Bool
 
 	tcp  []net.Listener
 	udp  []*udpEcho
@@ -33,7 +34,7 @@ type server struct {
 }
 
 func listen(cfg serveConfig, log *zap.Logger) (*server, error) {
-	s := &server{name: cfg.name, weight: cfg.weight, log: log, verbose: cfg.verbose}
+	s := &server{name: cfg.name, weight: cfg.weight, weightFile: cfg.weightFile, log: log, verbose: cfg.verbose}
 	s.healthy.Store(true)
 	for _, ap := range cfg.tcp {
 		ln, err := net.Listen(network("tcp", ap), ap.String())
@@ -158,7 +159,7 @@ func cmdServe(args []string) error {
 		defer os.Remove(cfg.pidfile)
 	}
 	log.Info("serving", zap.Stringers("tcp", s.tcpAddrs()), zap.Stringers("udp", s.udpAddrs()),
-		zap.Int("weight", cfg.weight))
+		zap.Int("weight", cfg.weight), zap.String("weight_file", cfg.weightFile))
 
 	err = s.serve(ctx)
 	log.Info("stopped", zap.Error(err))

@@ -7,6 +7,9 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -100,6 +103,53 @@ func TestHealthz(t *testing.T) {
 		t.Errorf("healthy again: %d", resp.StatusCode)
 	}
 }
+
+// TestHealthzWeightFile: with --weight-file, every /healthz sends the
+// file's current content as the weight header, verbatim (so a test can
+// report an invalid weight too), and none while the file is missing or
+// empty; an unhealthy server sends 503 without it.
+func TestHealthzWeightFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "b1.weight")
+	s := startServer(t, serveConfig{name: "b1", tcp: loopbacks(t)[:1], weight: -1, weightFile: file})
+	ap := s.tcpAddrs()[0]
+	for _, tc := range []struct {
+		content *string // nil: no file
+		header  string  // "": none
+	}{
+		{nil, ""},
+		{ptr("4\n"), "4"},
+		{ptr("0"), "0"},
+		{ptr("abc"), "abc"},
+		{ptr("1001\r\n"), "1001"},
+		{ptr(""), ""},
+		{ptr("\n"), ""},
+		{nil, ""},
+		{ptr("7"), "7"},
+	} {
+		if tc.content == nil {
+			if err := os.Remove(file); err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+		} else if err := os.WriteFile(file, []byte(*tc.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		desc := "missing"
+		if tc.content != nil {
+			desc = strconv.Quote(*tc.content)
+		}
+		resp, _ := get(t, ap, "/healthz")
+		vals, sent := resp.Header[headerWeight]
+		if resp.StatusCode != 200 || sent != (tc.header != "") || sent && (len(vals) != 1 || vals[0] != tc.header) {
+			t.Errorf("file %s: status %d, header %q (sent %v); want 200, %q", desc, resp.StatusCode, vals, sent, tc.header)
+		}
+	}
+	s.healthy.Store(false)
+	if resp, _ := get(t, ap, "/healthz"); resp.StatusCode != 503 || resp.Header.Get(headerWeight) != "" {
+		t.Errorf("unhealthy: status %d, weight %q; want 503 without one", resp.StatusCode, resp.Header.Get(headerWeight))
+	}
+}
+
+func ptr(s string) *string { return &s }
 
 // TestUDPEchoFromDestination: a server bound to the wildcard address
 // answers a datagram sent to 127.0.0.2 from 127.0.0.2, as a backend must
@@ -205,6 +255,7 @@ func TestParseServe(t *testing.T) {
 		{"--name", "b1", "--listen-udp", "[fe80::1%eth0]:53"},
 		{"--name", "b1", "--listen-tcp", "", "--listen-udp", ""},
 		{"--name", "b1", "--weight", "x"},
+		{"--name", "b1", "--weight", "1", "--weight-file", "/tmp/w"},
 		{"--name", "b1", "extra"},
 	} {
 		if _, err := parseServe(args); err == nil {

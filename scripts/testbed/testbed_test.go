@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -173,6 +175,71 @@ func TestBed(t *testing.T) {
 
 	t.Run("flows spread over the balancer's rx queues", func(t *testing.T) {
 		checkQueuesSpread(t, b)
+	})
+
+	// What tests change at runtime, seen where xlb's health checks look:
+	// the weight header, /healthz's status, and the server being there.
+	t.Run("weights, health and servers change at runtime", func(t *testing.T) {
+		b2 := b.Backend("b2")
+		at := netip.AddrPortFrom(b2.Addr4, HealthPort)
+		healthz := func() (int, []string, error) {
+			r, err := HTTPGet(b.LB.NS, at, "/healthz", answerTimeout)
+			return r.Status, r.Header["X-Load-Balancing-Endpoint-Weight"], err
+		}
+		for _, w := range []string{"4", "0", "abc", ""} {
+			if err := b.SetWeight("b2", w); err != nil {
+				t.Fatal(err)
+			}
+			status, got, err := healthz()
+			if want := []string{w}; err != nil || status != 200 || w == "" && got != nil || w != "" && !slices.Equal(got, want) {
+				t.Errorf("after SetWeight(b2, %q): /healthz %d, weight header %q, %v", w, status, got, err)
+			}
+		}
+		if err := b.SetWeight("b2", "2"); err != nil {
+			t.Fatal(err)
+		}
+		for _, healthy := range []bool{false, true} {
+			if err := b.SetHealthy("b2", healthy); err != nil {
+				t.Fatal(err)
+			}
+			status, _, err := healthz()
+			if want := map[bool]int{false: 503, true: 200}[healthy]; err != nil || status != want {
+				t.Errorf("after SetHealthy(b2, %v): /healthz %d, %v; want %d", healthy, status, err, want)
+			}
+			// Unhealthy or not, it serves.
+			if r, err := HTTPGet(b.LB.NS, netip.AddrPortFrom(b2.Addr4, HTTPPort), "/", answerTimeout); err != nil || r.Backend != "b2" {
+				t.Errorf("SetHealthy(b2, %v): / answered %+v, %v", healthy, r, err)
+			}
+		}
+		pid, err := b.ServerPID("b2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.StopServer("b2"); err != nil {
+			t.Fatal(err)
+		}
+		if running(pid) {
+			t.Errorf("b2's server (pid %d) runs after StopServer", pid)
+		}
+		if _, err := HTTPGet(b.LB.NS, at, "/healthz", answerTimeout); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("b2 stopped: /healthz %v, want connection refused", err)
+		}
+		if err := b.SetHealthy("b2", true); err == nil {
+			t.Error("SetHealthy on a stopped server: no error")
+		}
+		if err := b.StartServer("b2"); err != nil {
+			t.Fatal(err)
+		}
+		if again, err := b.ServerPID("b2"); err != nil || again == pid {
+			t.Errorf("after StartServer: pid %d (%v), was %d", again, err, pid)
+		}
+		// It starts with the weight the file holds, not --weights' value.
+		if status, got, err := healthz(); err != nil || status != 200 || !slices.Equal(got, []string{"2"}) {
+			t.Errorf("b2 restarted: /healthz %d, weight %q, %v; want 200, 2", status, got, err)
+		}
+		if err := b.StartServer("b2"); err != nil {
+			t.Errorf("StartServer of a running server: %v", err)
+		}
 	})
 
 	t.Run("up again changes nothing", func(t *testing.T) {
