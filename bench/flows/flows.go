@@ -168,9 +168,7 @@ func (t *Targets) Put(dst []byte, f Flow, size int) []byte {
 	h := b[l4 : l4+l4h]
 	binary.BigEndian.PutUint16(h[0:], sport)
 	binary.BigEndian.PutUint16(h[2:], dport)
-	for i, j := l4+l4h, 0; i < n; i, j = i+1, j+1 {
-		b[i] = byte(j)
-	}
+	copy(b[l4+l4h:], payload[:])
 	if f.Kind == UDP {
 		binary.BigEndian.PutUint16(h[4:], uint16(n-l4))
 		binary.BigEndian.PutUint16(h[6:], 0)
@@ -198,6 +196,15 @@ func (t *Targets) Put(dst []byte, f Flow, size int) []byte {
 	}
 	return b
 }
+
+// payload is what every frame carries after its headers: bytes counting up
+// from 0, as craft's.
+var payload = func() (p [9000]byte) {
+	for i := range p {
+		p[i] = byte(i)
+	}
+	return p
+}()
 
 // Mix is a kind of traffic, by shares of its frames.
 type Mix struct {

@@ -1,0 +1,235 @@
+package core
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"xlb/bench/flows"
+	"xlb/bench/report"
+)
+
+// TestRunSmall runs a small plan (two tables, two workers, short windows)
+// and checks its figures: no allocation in any window, rates and times that
+// agree with each other, and the share of new connections each mix asks
+// for — which shows the frames took the paths the mix names.
+func TestRunSmall(t *testing.T) {
+	o := Options{Workers: 2, Flows: []int{1_000, 20_000}, Duration: 20 * time.Millisecond, LookupEntries: 50_000, Replay: 4096, SizeReplay: 2048}
+	res, err := Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := Steps(o) - len(o.Flows) - 1; len(res.Cases) != want {
+		t.Errorf("%d cases, want %d (the plan's)", len(res.Cases), want)
+	}
+	if res.Headline != 20_000 {
+		t.Errorf("headline %d, want 20000", res.Headline)
+	}
+	for _, c := range res.Cases {
+		name := caseName(caseKey{c.Engine, c.Mix, c.Flows, c.Workers, c.FrameSize, c.Replay})
+		if c.Allocs != 0 {
+			t.Errorf("%s: %d allocations in the window", name, c.Allocs)
+		}
+		if c.Packets == 0 || !(c.Mpps > 0) || !(c.NsPerPkt > 0) || c.NsPerPkt > 1e6 {
+			t.Errorf("%s: %d packets, %.2f Mpps, %.1f ns/pkt", name, c.Packets, c.Mpps, c.NsPerPkt)
+		}
+		if d := c.NsPerPkt * c.MppsPerCore; math.Abs(d-1000) > 1 {
+			t.Errorf("%s: ns/pkt %.1f and Mpps/core %.3f disagree", name, c.NsPerPkt, c.MppsPerCore)
+		}
+		if runtime.GOOS == "linux" && !(c.CPUNsPerPkt > 0) {
+			t.Errorf("%s: CPU ns/pkt %.1f", name, c.CPUNsPerPkt)
+		}
+		if c.Capacity < 2*c.Flows {
+			t.Errorf("%s: capacity %d for %d flows", name, c.Capacity, c.Flows)
+		}
+		if !c.Engine {
+			continue
+		}
+		// Established flows were all opened by the prefill; a few may
+		// have been evicted from over-full buckets (X3) and re-created.
+		want, slack := 0.0, 2.0
+		switch c.Mix {
+		case flows.AllSYN.Name:
+			want, slack = 100, 0
+		case flows.Realistic.Name:
+			want, slack = 10, 2
+		case flows.UDPOnly.Name:
+			want, slack = 0, 0
+		}
+		if math.Abs(c.NewPct-want) > slack+0.5 {
+			t.Errorf("%s: %.2f%% new connections, want %.0f%%", name, c.NewPct, want)
+		}
+	}
+	// Both worker counts were measured where the scaling table wants them.
+	for _, w := range []int{1, 2} {
+		if _, ok := res.find(true, flows.EstablishedV4.Name, 20_000, w, smallFrame, replayFor(20_000, o.Replay)); !ok {
+			t.Errorf("no established-v4 case with %d workers", w)
+		}
+	}
+	if len(res.Prefills) != 2 || res.Prefills[1].Entries < 19_000 {
+		t.Errorf("prefills %+v", res.Prefills)
+	}
+	if len(res.Lookups) != 2 || res.Lookups[0].Keys < 49_000 || !(res.Lookups[0].NsPer > 0) || res.Lookups[0].Allocs != 0 {
+		t.Errorf("lookups %+v", res.Lookups)
+	}
+
+	r := res.Report()
+	if len(r.Tables) < 5 || len(r.Charts) != 2 || len(r.Notes) == 0 {
+		t.Errorf("report: %d tables, %d charts, %d notes", len(r.Tables), len(r.Charts), len(r.Notes))
+	}
+	for _, tb := range r.Tables {
+		if len(tb.Rows) == 0 {
+			t.Errorf("table %q is empty", tb.Title)
+		}
+		for _, row := range tb.Rows {
+			if len(row) != len(tb.Columns) {
+				t.Errorf("table %q: row %v has %d cells for %d columns", tb.Title, row, len(row), len(tb.Columns))
+			}
+		}
+	}
+	var allocTarget *report.Target
+	for i := range r.Targets {
+		if strings.Contains(r.Targets[i].Name, "allocations") {
+			allocTarget = &r.Targets[i]
+		}
+	}
+	if allocTarget == nil || !allocTarget.Met || allocTarget.Measured != 0 {
+		t.Errorf("allocation target: %+v", allocTarget)
+	}
+	if _, err := json.Marshal(r); err != nil {
+		t.Errorf("report does not encode: %v", err)
+	}
+}
+
+// TestMeasureRejectsDroppedFrames: a case whose frames the engine does not
+// forward is an error, not a figure (here, frames to an address that is no
+// VIP, which the engine passes to the host).
+func TestMeasureRejectsDroppedFrames(t *testing.T) {
+	b, err := newBed(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := flows.DefaultTargets
+	other.VIP4 = flows.DefaultTargets.VIP4.Next()
+	set, err := flows.Generate(flows.Spec{Mix: flows.UDPOnly, Frames: 256, Size: 64, Targets: &other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &run{bed: b, frames: set.Split(1), dur: 5 * time.Millisecond}
+	if _, err := r.measure(); err == nil || !strings.Contains(err.Error(), "forwarded 0 of") {
+		t.Fatalf("measure: %v, want a forwarded-0 error", err)
+	}
+}
+
+// TestPrefillOpensFlows: the prefill's SYNs leave the live flows in the
+// table, so that their ACKs are found (not new connections).
+func TestPrefillOpensFlows(t *testing.T) {
+	b, err := newBed(8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.prefill(3000, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Entries+int(p.Evictions) != 3000 || p.Workers != 2 {
+		t.Fatalf("prefill %+v: want 3000 entries less evictions", p)
+	}
+	set, err := flows.Generate(flows.Spec{Mix: flows.EstablishedV4, Live: 3000, Frames: 1500, Size: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &run{bed: b, frames: set.Split(1), dur: 5 * time.Millisecond}
+	s, err := r.measure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Warm-up re-created the evicted ones; the window finds them all.
+	if s.newConn > p.Evictions {
+		t.Errorf("%d new connections in the window, %d flows evicted by the prefill", s.newConn, p.Evictions)
+	}
+}
+
+// TestPlanOrder: per table, SYNs (which add keys) come after every case
+// that only reads it, and no case is measured twice.
+func TestPlanOrder(t *testing.T) {
+	o := Defaults(false)
+	o.Workers, o.Flows = 3, []int{1_000, 1_000_000, 4_000_000}
+	seen := map[caseKey]bool{}
+	synSeen := map[int]bool{}
+	profiles := 0
+	for _, st := range plan(&o) {
+		switch st.kind {
+		case stepCase:
+			if seen[st.c] {
+				t.Errorf("case %+v twice", st.c)
+			}
+			seen[st.c] = true
+			if st.c.mix == flows.AllSYN.Name {
+				synSeen[st.flows] = true
+			} else if synSeen[st.flows] {
+				t.Errorf("%+v after the SYN cases of its table", st.c)
+			}
+			if st.c.workers > 1 && st.flows != 1_000_000 {
+				t.Errorf("worker sweep off the headline: %+v", st.c)
+			}
+		case stepProfile:
+			profiles++
+			if st.flows != 1_000_000 || synSeen[st.flows] {
+				t.Errorf("profile at %d flows", st.flows)
+			}
+		}
+	}
+	if profiles != 1 {
+		t.Errorf("%d profiles", profiles)
+	}
+	for _, w := range []int{1, 2, 3} {
+		if !seen[caseKey{true, flows.Realistic.Name, 1_000_000, w, smallFrame, replayFor(1_000_000, o.Replay)}] {
+			t.Errorf("no realistic case with %d workers", w)
+		}
+	}
+}
+
+func TestWorkerCounts(t *testing.T) {
+	for n, want := range map[int]string{1: "[1]", 2: "[1 2]", 6: "[1 2 3 4 6]", 20: "[1 2 3 4 8 16 20]"} {
+		if got := fmt.Sprint(workerCounts(n)); got != want {
+			t.Errorf("workerCounts(%d) = %s, want %s", n, got, want)
+		}
+	}
+}
+
+func TestParseTop(t *testing.T) {
+	out := []byte(`File: lbbench
+Type: cpu
+Showing nodes accounting for 1.80s, 90.00% of 2s total
+      flat  flat%   sum%        cum   cum%
+     0.39s 19.50% 19.50%      1.78s 89.00%  xlb/dataplane.(*Worker).decideBatch
+     0.27s 13.50% 33.00%      0.27s 13.50%  sync/atomic.(*Uint64).Load (inline)
+`)
+	got, err := parseTop(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ProfileLine{
+		{"xlb/dataplane.(*Worker).decideBatch", 19.5, 89},
+		{"sync/atomic.(*Uint64).Load (inline)", 13.5, 13.5},
+	}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("parseTop = %+v, want %+v", got, want)
+	}
+	if _, err := parseTop([]byte("no table here")); err == nil {
+		t.Error("parseTop of no table: no error")
+	}
+}
+
+func TestCount(t *testing.T) {
+	for n, want := range map[int]string{500: "500", 1000: "1k", 262144: "262144", 1 << 20: "1Mi", 4_000_000: "4M", 2_097_152: "2Mi"} {
+		if got := count(n); got != want {
+			t.Errorf("count(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

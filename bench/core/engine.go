@@ -1,0 +1,225 @@
+package core
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"xlb/bench/flows"
+	"xlb/config"
+	"xlb/conntrack"
+	"xlb/controlplane"
+	"xlb/controlplane/sim"
+	"xlb/dataplane"
+)
+
+// benchTOML is the configuration the engine runs: for each family a TCP
+// service on port 80 (tracked, 5-tuple, idle timeout an hour so that the
+// prefilled flows outlive the run) and a UDP service on port 53 (session
+// affinity NONE: UDP is then not tracked, T1), eight backends each, all
+// L2_DSR (the rewrite is two MAC addresses in place). The VIPs and ports
+// are flows.DefaultTargets'.
+const benchTOML = `
+[[health_check]]
+name = "hc"
+type = "TCP"
+port = 80
+
+[[backend_service]]
+name = "web4"
+protocol = "TCP"
+health_checks = ["hc"]
+  [backend_service.connection_tracking_policy]
+  idle_timeout_sec = 3600
+  [[backend_service.backend]]
+  group = "web4"
+  endpoints = [
+    { name = "w4-1", ip = "10.10.0.1" }, { name = "w4-2", ip = "10.10.0.2" },
+    { name = "w4-3", ip = "10.10.0.3" }, { name = "w4-4", ip = "10.10.0.4" },
+    { name = "w4-5", ip = "10.10.0.5" }, { name = "w4-6", ip = "10.10.0.6" },
+    { name = "w4-7", ip = "10.10.0.7" }, { name = "w4-8", ip = "10.10.0.8" },
+  ]
+
+[[backend_service]]
+name = "web6"
+protocol = "TCP"
+health_checks = ["hc"]
+  [backend_service.connection_tracking_policy]
+  idle_timeout_sec = 3600
+  [[backend_service.backend]]
+  group = "web6"
+  endpoints = [
+    { name = "w6-1", ip = "2001:db8:10::1" }, { name = "w6-2", ip = "2001:db8:10::2" },
+    { name = "w6-3", ip = "2001:db8:10::3" }, { name = "w6-4", ip = "2001:db8:10::4" },
+    { name = "w6-5", ip = "2001:db8:10::5" }, { name = "w6-6", ip = "2001:db8:10::6" },
+    { name = "w6-7", ip = "2001:db8:10::7" }, { name = "w6-8", ip = "2001:db8:10::8" },
+  ]
+
+[[backend_service]]
+name = "dns4"
+protocol = "UDP"
+health_checks = ["hc"]
+  [[backend_service.backend]]
+  group = "dns4"
+  endpoints = [
+    { name = "d4-1", ip = "10.10.1.1" }, { name = "d4-2", ip = "10.10.1.2" },
+    { name = "d4-3", ip = "10.10.1.3" }, { name = "d4-4", ip = "10.10.1.4" },
+  ]
+
+[[backend_service]]
+name = "dns6"
+protocol = "UDP"
+health_checks = ["hc"]
+  [[backend_service.backend]]
+  group = "dns6"
+  endpoints = [
+    { name = "d6-1", ip = "2001:db8:11::1" }, { name = "d6-2", ip = "2001:db8:11::2" },
+    { name = "d6-3", ip = "2001:db8:11::3" }, { name = "d6-4", ip = "2001:db8:11::4" },
+  ]
+
+[[forwarding_rule]]
+name = "web-v4"
+ip_address = "203.0.113.10"
+ip_protocol = "TCP"
+ports = ["80"]
+backend_service = "web4"
+
+[[forwarding_rule]]
+name = "dns-v4"
+ip_address = "203.0.113.10"
+ip_protocol = "UDP"
+ports = ["53"]
+backend_service = "dns4"
+
+[[forwarding_rule]]
+name = "web-v6"
+ip_address = "2001:db8:f::10"
+ip_protocol = "TCP"
+ports = ["80"]
+backend_service = "web6"
+
+[[forwarding_rule]]
+name = "dns-v6"
+ip_address = "2001:db8:f::10"
+ip_protocol = "UDP"
+ports = ["53"]
+backend_service = "dns6"
+`
+
+// epoch starts the engine clock (ms), read once per batch as a production
+// worker does. It starts at 1 s so that no entry is ever "used at 0".
+var epoch = time.Now()
+
+func clock() int64 { return 1000 + time.Since(epoch).Milliseconds() }
+
+// bed is an engine with its control plane and a table of live flows.
+type bed struct {
+	eng      *dataplane.Engine
+	cp       *controlplane.ControlPlane
+	live     int
+	capacity int
+}
+
+// newBed builds the real control plane over a fresh engine whose conntrack
+// holds capacity entries, backends healthy at full weight (as `xlb sim`).
+func newBed(capacity int) (*bed, error) {
+	cfg, err := config.Parse("lbbench-core.toml", []byte(benchTOML))
+	if err != nil {
+		return nil, err
+	}
+	ct, err := conntrack.New(capacity)
+	if err != nil {
+		return nil, err
+	}
+	eng := dataplane.NewEngine(ct)
+	cp, err := controlplane.New(cfg, eng, controlplane.Options{
+		Local:          sim.SimLocal(),
+		InitialHealthy: true,
+		InitialWeight:  1000,
+	}, clock())
+	if err != nil {
+		return nil, err
+	}
+	return &bed{eng: eng, cp: cp, capacity: ct.Capacity()}, nil
+}
+
+// Prefill is how a table of live flows was built.
+type Prefill struct {
+	Flows     int     `json:"live_flows"`
+	Capacity  int     `json:"capacity"`
+	Seconds   float64 `json:"seconds"`
+	Workers   int     `json:"workers"`
+	Entries   int     `json:"entries"`   // table entries afterwards
+	Evictions uint64  `json:"evictions"` // live entries displaced by over-full buckets (X3)
+}
+
+// prefill opens live flows 0..n-1 with one SYN each through the engine,
+// workers in parallel, and fails unless every SYN was forwarded.
+func (b *bed) prefill(n, workers int) (Prefill, error) {
+	start := time.Now()
+	workers = max(1, min(workers, n/batch))
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[w] = b.open(w*n/workers, (w+1)*n/workers)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return Prefill{}, err
+		}
+	}
+	b.live = n
+	st := b.eng.Conntrack().Stats()
+	return Prefill{Flows: n, Capacity: b.capacity, Seconds: time.Since(start).Seconds(), Workers: workers,
+		Entries: b.eng.Conntrack().Len(), Evictions: st.Evictions}, nil
+}
+
+// open sends the SYNs of live flows [lo, hi) through a worker of its own.
+func (b *bed) open(lo, hi int) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	w := b.eng.NewWorker()
+	t := &flows.DefaultTargets
+	size := 0 // headers only: the payload does not matter to a SYN's decision
+	bufs := make([][]byte, batch)
+	for i := range bufs {
+		bufs[i] = make([]byte, dataplane.Headroom+128+dataplane.Headroom)
+	}
+	frames := make([]dataplane.Frame, batch)
+	for start := lo; start < hi; start += batch {
+		n := min(batch, hi-start)
+		for j := range n {
+			f := flows.Live(start + j)
+			f.Kind = flows.SYN
+			fr := t.Put(bufs[j][dataplane.Headroom:], f, size)
+			frames[j] = dataplane.Frame{Buf: bufs[j], Off: dataplane.Headroom, Len: len(fr)}
+		}
+		w.Process(frames[:n], clock())
+		for j := range n {
+			if frames[j].Verdict != dataplane.VerdictForward {
+				return fmt.Errorf("SYN of live flow %d: %v %v", start+j, frames[j].Verdict, frames[j].Reason)
+			}
+		}
+	}
+	return nil
+}
+
+// newConnections sums a worker's new connections over every service.
+func newConnections(w *dataplane.Worker, snap *dataplane.Snapshot) uint64 {
+	var n uint64
+	for _, s := range snap.Services {
+		if s == nil {
+			continue
+		}
+		if c := w.Stats().Service(s.ID); c != nil {
+			n += c.NewConnections.Load()
+		}
+	}
+	return n
+}

@@ -1,0 +1,210 @@
+package core
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"xlb/dataplane"
+)
+
+// batch is the frames a worker takes from its ring per poll, as in
+// production (the engine decides up to 64 at once).
+const batch = 64
+
+// run is one measurement: workers polling their own rings in parallel for
+// a duration.
+type run struct {
+	bed     *bed          // nil: ring only (no engine)
+	frames  [][][]byte    // per worker
+	dur     time.Duration // measured time
+	onStart func()        // called as the window opens (a CPU profile); its allocations count
+	rings   []*dataplane.MemRing
+	workers []*dataplane.Worker
+}
+
+// sample is what one measurement found.
+type sample struct {
+	packets uint64
+	mpps    float64       // all workers: the sum of their rates
+	wallNs  float64       // wall time per packet and worker (1000 / Mpps per worker)
+	cpuNs   float64       // thread CPU time per packet
+	cpu     time.Duration // thread CPU time, all workers
+	allocs  uint64        // heap allocations of the process during the window
+	newConn uint64        // packets forwarded as new connections
+}
+
+type workerResult struct {
+	pkts uint64
+	wall time.Duration
+	cpu  time.Duration
+}
+
+// measure runs r. Each worker locks its OS thread, warms up (one pass over
+// its frames, which also sizes its counters and, for SYNs, inserts their
+// keys), then waits for the others; the window starts for all at once and
+// each stops on its own clock after r.dur. Allocations are the process's
+// mallocs between the moment every worker waits and the moment all are
+// done: nothing else runs then.
+func (r *run) measure() (sample, error) {
+	n := len(r.frames)
+	r.rings = make([]*dataplane.MemRing, n)
+	r.workers = make([]*dataplane.Worker, n)
+	for w := range n {
+		r.rings[w] = dataplane.NewMemRing(r.frames[w], batch)
+		if r.bed != nil {
+			r.workers[w] = r.bed.eng.NewWorker()
+		}
+	}
+	var snap *dataplane.Snapshot
+	if r.bed != nil {
+		snap = r.bed.eng.Load()
+	}
+	res := make([]workerResult, n)
+	var ready, done sync.WaitGroup
+	start := make(chan struct{})
+	ready.Add(n)
+	done.Add(n)
+	for w := range n {
+		go func() {
+			defer done.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			ring, wk := r.rings[w], r.workers[w]
+			frames := make([]dataplane.Frame, batch)
+			poll := func(now int64) int {
+				if wk != nil {
+					return wk.Poll(ring, frames, now)
+				}
+				return ringOnly(ring, frames)
+			}
+			for warm := 0; warm < len(r.frames[w]) || warm < 4*batch; {
+				warm += poll(clock())
+			}
+			ready.Done()
+			<-start
+			cpu0 := threadCPU()
+			t0 := time.Since(epoch)
+			end := t0 + r.dur
+			var pkts uint64
+			for {
+				// One clock read per batch, as a production worker: the
+				// engine's ms clock and the end of the window.
+				el := time.Since(epoch)
+				if el >= end {
+					res[w] = workerResult{pkts: pkts, wall: el - t0, cpu: threadCPU() - cpu0}
+					return
+				}
+				pkts += uint64(poll(1000 + el.Milliseconds()))
+			}
+		}()
+	}
+	ready.Wait()
+	var new0 uint64
+	for _, wk := range r.workers {
+		if wk != nil {
+			new0 += newConnections(wk, snap)
+		}
+	}
+	rx0 := make([]uint64, n)
+	for w, ring := range r.rings {
+		rx0[w] = ring.Received
+	}
+	// The first stop-the-world may start an OS thread for the idle P (the
+	// workers hold theirs, locked), and creating one allocates in the
+	// runtime; the second finds it parked. What is counted is then the
+	// workers' own.
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	runtime.ReadMemStats(&m0)
+	if r.onStart != nil {
+		r.onStart()
+	}
+	close(start)
+	done.Wait()
+	runtime.ReadMemStats(&m1)
+
+	var s sample
+	for w := range n {
+		s.packets += res[w].pkts
+		s.cpu += res[w].cpu
+		if res[w].wall > 0 {
+			s.mpps += float64(res[w].pkts) / res[w].wall.Seconds() / 1e6
+		}
+		ring := r.rings[w]
+		if ring.Forwarded != ring.Received {
+			return s, fmt.Errorf("worker %d forwarded %d of %d frames (passed %d, dropped %d)%s",
+				w, ring.Forwarded, ring.Received, ring.Passed, ring.Dropped, dropReasons(r.workers[w]))
+		}
+		if got := ring.Received - rx0[w]; got != res[w].pkts {
+			return s, fmt.Errorf("worker %d: ring received %d in the window, worker counted %d", w, got, res[w].pkts)
+		}
+	}
+	if s.packets == 0 {
+		return s, fmt.Errorf("no packet in %v", r.dur)
+	}
+	s.allocs = m1.Mallocs - m0.Mallocs
+	s.wallNs = 1000 * float64(n) / s.mpps
+	s.cpuNs = float64(s.cpu.Nanoseconds()) / float64(s.packets)
+	for _, wk := range r.workers {
+		if wk != nil {
+			s.newConn += newConnections(wk, snap)
+		}
+	}
+	s.newConn -= new0
+	return s, nil
+}
+
+// ringOnly is the baseline: the ring's copy of each frame and its
+// completion, every frame forwarded, no engine.
+func ringOnly(ring *dataplane.MemRing, frames []dataplane.Frame) int {
+	n := ring.Receive(frames)
+	for i := range n {
+		frames[i].Verdict = dataplane.VerdictForward
+	}
+	ring.Complete(frames[:n])
+	return n
+}
+
+func dropReasons(w *dataplane.Worker) string {
+	if w == nil {
+		return ""
+	}
+	s := ""
+	for r := range dataplane.NumReasons {
+		if n := w.Stats().Drops[r].Load(); n > 0 {
+			s += fmt.Sprintf(" %v=%d", dataplane.Reason(r), n)
+		}
+	}
+	if s != "" {
+		s = "; drops:" + s
+	}
+	return s
+}
+
+// spareThreads makes the runtime create n OS threads now and keep them
+// idle. A worker locked to its thread that the scheduler preempts (every
+// 10 ms) hands its P to another thread; when none is idle the runtime
+// creates one, and that allocates (about seven objects): runtime
+// allocations that are not the engine's would then land in a measured
+// window. Go keeps idle threads, so the pool made here lasts.
+func spareThreads(n int) {
+	var locked sync.WaitGroup
+	release := make(chan struct{})
+	locked.Add(n)
+	var done sync.WaitGroup
+	done.Add(n)
+	for range n {
+		go func() {
+			defer done.Done()
+			runtime.LockOSThread()
+			locked.Done()
+			<-release // blocked while locked: its thread is held, so the next goroutine needs another
+			runtime.UnlockOSThread()
+		}()
+	}
+	locked.Wait()
+	close(release)
+	done.Wait()
+}
