@@ -367,7 +367,7 @@ type ProfileLine struct {
 // profileCase runs c again, longer, under the CPU profiler and summarises
 // the profile. Failing to profile is reported in the result, not an error.
 func profileCase(b *bed, c caseKey, getSet func(caseKey) (*flows.Set, error), o Options) *Profile {
-	dur := max(2*time.Second, 4*o.Duration)
+	dur := max(3*time.Second, 4*o.Duration) // 300 samples at least
 	p := &Profile{Case: caseName(c), Seconds: dur.Seconds()}
 	set, err := getSet(c)
 	if err != nil {
