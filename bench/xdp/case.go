@@ -30,9 +30,17 @@ type caseResult struct {
 	Loss       float64  `json:"loss"` // fraction of sent
 
 	// Where frames were dropped (kernel counters over the case).
-	DropIn   uint64 `json:"drop_in"`   // generator -> middle: the middle's rx ring, XDP redirect failures
-	DropOut  uint64 `json:"drop_out"`  // middle -> generator: the return ring, sink redirect failures
+	DropIn   uint64 `json:"drop_in"`   // generator -> middle: the middle's veth ring full, its XDP redirect failed
+	DropOut  uint64 `json:"drop_out"`  // middle -> generator: the generator's veth ring full, XDP_TX failed
 	DropSink uint64 `json:"drop_sink"` // the sink socket's rx ring full or no fill buffer
+	// DropMid is the rest of the loss: inside the middle hop (its own
+	// rings, e.g. an AF_XDP TX ring full) or still in flight at the end.
+	DropMid uint64 `json:"drop_mid"`
+	// Out is what the middle hop sent on: forwarded + DropOut; OutPPS
+	// its rate. The middle's CPU figures are per frame sent on, so that
+	// a return path too slow for a fast forwarder does not count against it.
+	Out    uint64  `json:"out"`
+	OutPPS float64 `json:"out_pps"`
 
 	// The middle hop's CPU: its NAPI thread (kernel: XDP, copies into
 	// AF_XDP, the stack) and its user-space threads.
@@ -42,6 +50,8 @@ type caseResult struct {
 	NsPerPkt   float64 `json:"middle_cpu_ns_per_packet"`
 	PPSPerCore float64 `json:"pps_per_busy_core"`
 	GenCPU     float64 `json:"generator_cpu_s"`
+	// Middle are the forwarder's own counters over the case.
+	Middle map[string]uint64 `json:"middle_counters,omitempty"`
 	// CPUBusy is each CPU's busy fraction over the case (/proc/stat: the
 	// whole machine, other processes included).
 	CPUBusy []float64 `json:"cpu_busy"`
@@ -99,6 +109,10 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 	if f.userCPU != nil {
 		user0 = f.userCPU()
 	}
+	var mid0 map[string]uint64
+	if f.counters != nil {
+		mid0 = f.counters()
+	}
 	kern0, drops0, cpu0 := b.kernelCPU(), b.drops(), readCPUTimes()
 	start := time.Now()
 	res, err := gen.Run(ctx, gen.Config{Socket: b.sock, Frames: fr, Counter: ctr, Run: b.run,
@@ -115,10 +129,21 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 	if err := f.alive(); err != nil {
 		return caseResult{}, err
 	}
+	var middle map[string]uint64
+	if f.counters != nil {
+		if mid1 := f.counters(); mid1 != nil {
+			middle = map[string]uint64{}
+			for k, v := range mid1 {
+				if d := v - mid0[k]; v >= mid0[k] && d > 0 {
+					middle[k] = d
+				}
+			}
+		}
+	}
 
 	r := caseResult{Variant: v.name, Size: size, Load: "full", RatePPS: rate, Duration: d.Seconds(),
 		Sent: res.Sent, Forwarded: ctr.Frames, PerBackend: ctr.PerBackend, Other: ctr.Other,
-		GenCPU: res.ThreadCPU.Seconds(), CPUBusy: busyFrac(cpu0, cpu1), latency: ctr.Latency}
+		GenCPU: res.ThreadCPU.Seconds(), Middle: middle, CPUBusy: busyFrac(cpu0, cpu1), latency: ctr.Latency}
 	if rate > 0 {
 		r.Load = "half"
 	}
@@ -128,16 +153,24 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 	if r.Sent > 0 {
 		r.Loss = 1 - float64(r.Forwarded)/float64(r.Sent)
 	}
+	// A veth's tx_dropped counts its own sends the peer's ring refused and
+	// its XDP_TX failures; rx_dropped its XDP drops and redirect failures
+	// (and the peer's XDP_TX failures again, so the generator's is not used).
 	r.DropIn = (drops1.genTx - drops0.genTx) + (drops1.midRx - drops0.midRx)
-	r.DropOut = (drops1.midTx - drops0.midTx) + (drops1.genRx - drops0.genRx)
+	r.DropOut = drops1.midTx - drops0.midTx
 	r.DropSink = res.Stats.Kernel.RxDropped + res.Stats.Kernel.RxRingFull
+	r.Out = r.Forwarded + r.DropOut
+	r.OutPPS = float64(r.Out) / secs
+	if lost := int64(r.Sent) - int64(r.Forwarded+r.DropIn+r.DropOut+r.DropSink); lost > 0 {
+		r.DropMid = uint64(lost)
+	}
 	r.KernelCPU = (kern1 - kern0).Seconds()
 	r.UserCPU = user.Seconds()
 	mid := r.KernelCPU + r.UserCPU
 	r.BusyCores = mid / wall.Seconds()
-	if r.Forwarded > 0 && mid > 0 {
-		r.NsPerPkt = mid * 1e9 / float64(r.Forwarded)
-		r.PPSPerCore = float64(r.Forwarded) / mid
+	if r.Out > 0 && mid > 0 {
+		r.NsPerPkt = mid * 1e9 / float64(r.Out)
+		r.PPSPerCore = float64(r.Out) / mid
 	}
 	h := &r.latency
 	us := func(ns uint64) float64 { return float64(ns) / 1e3 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // taskCPU is the CPU time a task (a thread, or a kernel thread) has run,
@@ -109,4 +111,42 @@ func busyFrac(a, b cpuTimes) []float64 {
 		}
 	}
 	return out
+}
+
+// benchNice is the nice value of every thread the bench measures: the
+// generator, both NAPI threads, xlb and the reflector's workers alike, so
+// that other load on the machine disturbs the figures less.
+const benchNice = -10
+
+// renice sets the nice value of task (thread) tid.
+func renice(tid, nice int) error {
+	return unix.Setpriority(unix.PRIO_PROCESS, tid, nice)
+}
+
+// reniceAll sets the nice value of every thread of process pid (threads
+// made later inherit it from the thread that makes them) and returns the
+// values they had, by thread.
+func reniceAll(pid, nice int) map[int]int {
+	old := map[int]int{}
+	ents, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	for _, e := range ents {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		// getpriority(2) returns 20 - nice.
+		if p, err := unix.Getpriority(unix.PRIO_PROCESS, tid); err == nil {
+			old[tid] = 20 - p
+		}
+		_ = renice(tid, nice)
+	}
+	return old
+}
+
+// restoreNice puts back what reniceAll returned (threads that are gone are
+// skipped; threads made meanwhile keep the bench's value until they end).
+func restoreNice(old map[int]int) {
+	for tid, n := range old {
+		_ = renice(tid, n)
+	}
 }

@@ -40,15 +40,15 @@ func (b *bench) report(rs []caseResult) report.Report {
 
 	main := report.Table{
 		Title: "Forwarding through the middle hop (full: as fast as the generator sends; half: at half the rate forwarded at full)",
-		Columns: []string{"frame B", "forwarder", "load", "sent Mpps", "fwd Mpps", "loss %", "busy cores",
+		Columns: []string{"frame B", "forwarder", "load", "sent Mpps", "out Mpps", "fwd Mpps", "loss %", "busy cores",
 			"CPU ns/pkt", "Mpps/core", "p50 µs", "p99 µs", "p99.9 µs"},
 	}
 	drops := report.Table{
 		Title:   "Where frames were lost (kernel counters) and per-backend share",
-		Columns: []string{"frame B", "forwarder", "load", "sent", "forwarded", "drop in", "drop out", "drop sink", "per backend %", "other MAC"},
+		Columns: []string{"frame B", "forwarder", "load", "sent", "forwarded", "drop in", "drop mid", "drop out", "drop sink", "per backend %", "other MAC"},
 	}
 	for _, c := range rs {
-		main.Rows = append(main.Rows, []string{strconv.Itoa(c.Size), c.Variant, c.Load, mpps(c.SentPPS), mpps(c.FwdPPS),
+		main.Rows = append(main.Rows, []string{strconv.Itoa(c.Size), c.Variant, c.Load, mpps(c.SentPPS), mpps(c.OutPPS), mpps(c.FwdPPS),
 			report.F(100*c.Loss, 2), report.F(c.BusyCores, 2), report.G(c.NsPerPkt), mpps(c.PPSPerCore),
 			report.G(c.LatP50), report.G(c.LatP99), report.G(c.LatP999)})
 		var shares []string
@@ -60,13 +60,13 @@ func (b *bench) report(rs []caseResult) report.Report {
 			shares = append(shares, s)
 		}
 		drops.Rows = append(drops.Rows, []string{strconv.Itoa(c.Size), c.Variant, c.Load, strconv.FormatUint(c.Sent, 10),
-			strconv.FormatUint(c.Forwarded, 10), strconv.FormatUint(c.DropIn, 10), strconv.FormatUint(c.DropOut, 10),
+			strconv.FormatUint(c.Forwarded, 10), strconv.FormatUint(c.DropIn, 10), strconv.FormatUint(c.DropMid, 10), strconv.FormatUint(c.DropOut, 10),
 			strconv.FormatUint(c.DropSink, 10), strings.Join(shares, "/"), strconv.FormatUint(c.Other, 10)})
 	}
 	r.Tables = append(r.Tables, main)
 
 	ratios := report.Table{
-		Title:   "xlb against the baselines (full load): forwarded pps and pps per busy core of the middle hop",
+		Title:   "xlb against the baselines (full load): pps sent on by the middle hop, and per busy core",
 		Columns: []string{"frame B", "xlb", "baseline", "pps ratio", "per-core ratio"},
 	}
 	baselines := []struct{ name, label string }{{"reflector", "(a) reflector"}, {"xdpfwd", "(b) xdpfwd"}, {"nftlb", "(c) nftlb"}}
@@ -82,7 +82,7 @@ func (b *bench) report(rs []caseResult) report.Report {
 					continue
 				}
 				ratios.Rows = append(ratios.Rows, []string{strconv.Itoa(size), x, bl.label,
-					report.Ratio(xc.FwdPPS, bc.FwdPPS), report.Ratio(xc.PPSPerCore, bc.PPSPerCore)})
+					report.Ratio(xc.OutPPS, bc.OutPPS), report.Ratio(xc.PPSPerCore, bc.PPSPerCore)})
 			}
 		}
 	}
@@ -182,13 +182,14 @@ func (b *bench) methodNotes(rs []caseResult) []string {
 			"(dataplane/afxdp, copy mode on veth) from %sg; frame sizes are wire sizes with the 4-byte FCS (a 64 B frame is 60 bytes in memory). "+
 			"Each case sends for %v; full load = as fast as the generator's socket takes frames, half = a token bucket at half the rate forwarded at full load.",
 			b.cfg.Sources, b.cfg.Ports, b.cfg.Sources*b.cfg.Ports, b.cfg.Prefix, b.cfg.Duration),
-		"Forwarded = frames of the case that came back to the generator's socket (the sink's XDP program redirects UDP to the bench ports there), counted by destination MAC; loss = 1 - forwarded/sent, where sent = frames the kernel completed from the generator's TX ring. " +
-			"drop in = the middle's side of the veth could not take a frame (its NAPI ring, or its XDP redirect to an AF_XDP socket failed); drop out = the same on the way back; drop sink = the sink socket's ring was full.",
+		"sent = frames the kernel completed from the generator's TX ring; fwd = frames of the case that came back to the generator's socket (the sink's XDP program redirects UDP to the bench ports there), counted by destination MAC; loss = 1 - fwd/sent. " +
+			"drop in = the middle's veth ring was full or its XDP redirect failed (an AF_XDP socket's ring full: the middle hop too slow); drop out = the generator's veth ring was full or XDP_TX failed on the way back (the return path too slow); drop sink = the sink socket's ring was full; drop mid = the rest (lost inside the middle hop, e.g. its AF_XDP TX ring full; its own counters are in the JSON). " +
+			"out = fwd + drop out: what the middle hop sent on; its CPU figures are per frame sent on, so a forwarder faster than the generator's side can absorb is not charged for frames lost after it.",
 		"Latency = receive time - the transmit time written into the payload just before the frame was queued (one monotonic clock, one process; one reading per batch), so it includes the generator's send syscall, both veth hops and the sink's receive loop, not only the middle hop; (b) xdpfwd is the floor of that path.",
 	}
 	cpu := "CPU of the middle hop = its veth's NAPI kernel thread (threaded NAPI: XDP programs, copies into AF_XDP sockets, the IP stack and nftables all run there) + the forwarder's user-space threads " +
 		"(xlb: every thread of the xlb process; reflector: its worker threads), from /proc/PID/schedstat over the case. busy cores = that CPU time / wall time; " +
-		"CPU ns/pkt = CPU time / forwarded; Mpps/core = forwarded / CPU seconds. AF_XDP workers poll (xlb spins 50 µs before sleeping), so at half load their CPU includes idle polling: compare per-core figures at full load."
+		"CPU ns/pkt = CPU time / out; Mpps/core = out / CPU seconds. AF_XDP workers poll (xlb spins 50 µs before sleeping), so at half load their CPU includes idle polling: compare per-core figures at full load."
 	if b.midCPU >= 0 {
 		cpu += fmt.Sprintf(" Pinned: generator thread and the generator veth's NAPI thread on CPU %d, the middle's NAPI thread and worker on CPU %d (of %d).", b.genCPU, b.midCPU, runtime.NumCPU())
 	}

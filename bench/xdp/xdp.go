@@ -131,6 +131,8 @@ func Run(ctx context.Context, cfg Config) (report.Report, error) {
 	}
 	defer os.RemoveAll(b.tmp)
 
+	// Our threads, and so the generator's and the reflector's made later.
+	defer restoreNice(reniceAll(os.Getpid(), benchNice))
 	results, err := b.measure(ctx)
 	if err != nil {
 		return report.Report{}, err
@@ -220,6 +222,11 @@ func (b *bench) measure(ctx context.Context) (_ []caseResult, err error) {
 func (b *bench) pinNAPI() {
 	if b.genCPU < 0 {
 		b.note("one CPU: nothing pinned; generator, sink and middle hop share it")
+		for _, dev := range []string{b.topo.GenDev, b.topo.MidDev} {
+			for _, pid := range topo.NAPIThreads(dev) {
+				_ = renice(pid, benchNice)
+			}
+		}
 		return
 	}
 	for _, p := range []struct {
@@ -230,6 +237,7 @@ func (b *bench) pinNAPI() {
 			if err := setAffinity(pid, p.cpu); err != nil {
 				b.note("could not pin %s's NAPI thread %d to CPU %d: %v", p.dev, pid, p.cpu, err)
 			}
+			_ = renice(pid, benchNice)
 		}
 	}
 }
@@ -280,6 +288,7 @@ func (b *bench) measureForwarder(ctx context.Context, f *forwarder) (_ []caseRes
 			}
 			b.progress.Add(1)
 			out = append(out, full)
+			b.debugDump("after full "+v.name)
 			rate := full.FwdPPS / 2
 			if rate <= 0 {
 				b.progress.Add(1)
@@ -291,7 +300,25 @@ func (b *bench) measureForwarder(ctx context.Context, f *forwarder) (_ []caseRes
 			}
 			b.progress.Add(1)
 			out = append(out, half)
+			b.debugDump("after half "+v.name)
 		}
 	}
 	return out, nil
+}
+
+// debugDump prints the veths' counters and qdiscs to stderr when
+// LBBENCH_XDP_DEBUG is set (diagnosis, not part of the report).
+func (b *bench) debugDump(when string) {
+	if os.Getenv("LBBENCH_XDP_DEBUG") == "" {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "=== %s\n", when)
+	for _, s := range []struct{ ns, dev string }{{b.topo.GenNS, b.topo.GenDev}, {b.topo.MidNS, b.topo.MidDev}} {
+		out, _ := topo.Exec(s.ns, "ethtool", "-S", s.dev)
+		fmt.Fprintf(os.Stderr, "-- %s\n%s", s.dev, out)
+		out, _ = topo.Exec(s.ns, "tc", "qdisc", "show", "dev", s.dev)
+		fmt.Fprintf(os.Stderr, "%s", out)
+		out, _ = topo.Exec(s.ns, "ip", "-s", "link", "show", "dev", s.dev)
+		fmt.Fprintf(os.Stderr, "%s", out)
+	}
 }

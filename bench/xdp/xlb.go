@@ -64,7 +64,7 @@ unhealthy_threshold = 3
 `, adminAddr, healthPort)
 	for _, svc := range []struct {
 		name, affinity, prefix string
-		port               int
+		port                   int
 	}{{"bench", "NONE", "", portXLB}, {"bench-ct", "CLIENT_IP_PORT_PROTO", "ct-", portXLBCT}} {
 		fmt.Fprintf(&b, `
 [[backend_service]]
@@ -305,4 +305,46 @@ func (p *xlbProc) alive() error {
 	default:
 		return nil
 	}
+}
+
+// counters flattens the numbers of xlb's /status (per-queue engine and
+// socket counters, the XDP program's verdicts) into name -> value, queues
+// summed; nil when /status does not answer.
+func (p *xlbProc) counters() map[string]uint64 {
+	resp, err := p.client.Get("http://" + adminAddr + "/status")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var st map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return nil
+	}
+	m := map[string]uint64{}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		switch v := v.(type) {
+		case float64:
+			if v >= 0 {
+				m[prefix] += uint64(v)
+			}
+		case map[string]any:
+			for k, x := range v {
+				walk(prefix+"."+k, x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(prefix, x) // queues summed
+			}
+		}
+	}
+	walk("queues", st["queues"])
+	if rt, ok := st["runtime"].(map[string]any); ok {
+		walk("runtime.queues", rt["queues"])
+		walk("runtime.xdp_program", rt["xdp_program"])
+	}
+	delete(m, "queues.queue")
+	delete(m, "runtime.queues.queue")
+	delete(m, "runtime.queues.cpu")
+	return m
 }

@@ -92,6 +92,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	done := make(chan out, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the pinned thread ends here
+		// Short sleeps between paced sends end on time, not up to 50 µs
+		// late (the default timer slack).
+		_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1000, 0, 0, 0)
 		if cfg.CPU >= 0 {
 			var set unix.CPUSet
 			set.Set(cfg.CPU)
@@ -183,10 +186,7 @@ func loop(ctx context.Context, cfg *Config) (Result, error) {
 			break
 		}
 		if !busy {
-			// Let the kernel thread that delivers our frames run if it
-			// shares this core; a syscall only when the ring asks.
-			_, _ = s.Poll(0)
-			_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			idleWait(s, cfg, start, end, r.Queued)
 		}
 	}
 	r.SendTime = time.Duration(lastTx - start)
@@ -215,4 +215,29 @@ func diffStats(a, b afxdp.Stats) afxdp.Stats {
 		LastKickErrno: c.LastKickErrno, Polls: c.Polls - cb.Polls,
 	}
 	return a
+}
+
+// idleWait is the loop's idle path (nothing received, nothing to send now).
+// The kernel thread that delivers our frames may share this core, so the
+// generator sleeps rather than spins: in poll(2) on the socket until a
+// frame arrives, or until the next frame is due when sending at a rate
+// (at most 100 µs). At full speed, or once sending is over, it only yields.
+func idleWait(s *afxdp.Socket, cfg *Config, start, end int64, queued uint64) {
+	now := Now()
+	if cfg.Rate <= 0 && now < end {
+		_, _ = s.Poll(0)
+		_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		return
+	}
+	wait := int64(100 * time.Microsecond)
+	if now < end {
+		due := start + int64(float64(queued)*1e9/cfg.Rate)
+		wait = min(wait, due-now)
+	}
+	if wait <= 0 {
+		return
+	}
+	fds := []unix.PollFd{{Fd: int32(s.FD()), Events: unix.POLLIN}}
+	ts := unix.NsecToTimespec(wait)
+	_, _ = unix.Ppoll(fds, &ts, nil)
 }

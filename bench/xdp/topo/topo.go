@@ -236,7 +236,6 @@ func sysctl(ns string, kv ...string) error {
 	return err
 }
 
-
 // NAPIThreads returns the pids of dev's NAPI kernel threads.
 func NAPIThreads(dev string) []int {
 	want := "napi/" + dev + "-"
