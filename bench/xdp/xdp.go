@@ -288,7 +288,7 @@ func (b *bench) measureForwarder(ctx context.Context, f *forwarder) (_ []caseRes
 			}
 			b.progress.Add(1)
 			out = append(out, full)
-			b.debugDump("after full "+v.name)
+			b.debugDump("after full " + v.name)
 			rate := full.FwdPPS / 2
 			if rate <= 0 {
 				b.progress.Add(1)
@@ -300,7 +300,7 @@ func (b *bench) measureForwarder(ctx context.Context, f *forwarder) (_ []caseRes
 			}
 			b.progress.Add(1)
 			out = append(out, half)
-			b.debugDump("after half "+v.name)
+			b.debugDump("after half " + v.name)
 		}
 	}
 	return out, nil
