@@ -240,6 +240,8 @@ func (res *Result) notes() []string {
 		"new conn % of the established mixes: ACKs whose entry an over-full bucket evicted during the prefill (X3), re-created.",
 		"Allocations: runtime.MemStats.Mallocs of the whole process across the measured window, while only the workers run.",
 		"64-byte IPv6 TCP frames are 74 bytes (headers alone); 'frame bytes' is the mean replayed.",
+		"1500-byte frames: the ring's copy is most of the difference ('ring only'); the rewrite touches the headers only, so what " +
+			"remains is most likely the frames streaming through the caches (tens of MB per pass) and evicting table lines.",
 	}
 	switch p := res.Profile; {
 	case p == nil:
