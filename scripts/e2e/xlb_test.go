@@ -45,6 +45,10 @@ func startXLB(t *testing.T, b *testbed.Bed, cfg string) *xlbProc {
 	}
 	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() {
+		if t.Failed() {
+			// Before the stop: where did the traffic that failed go?
+			t.Logf("diagnostics at failure:\n%s", diagnostics(b))
+		}
 		p.stop()
 		if strings.Contains(p.log.String(), "WARNING: DATA RACE") {
 			t.Error("xlb reported a data race (log below)")
@@ -126,23 +130,39 @@ type status struct {
 			Frames   uint64 `json:"frames"`
 		} `json:"queues"`
 		XDPProgram   map[string]uint64 `json:"xdp_program"`
-		HealthChecks []struct {
-			Target      string `json:"target"`
-			Healthy     bool   `json:"healthy"`
-			Reason      string `json:"last_reason"`
-			WeightState string `json:"last_weight_state"`
-		} `json:"health_checks"`
+		HealthChecks []statusCheck     `json:"health_checks"`
 	} `json:"runtime"`
-	Services []struct {
-		Name     string `json:"name"`
-		Backends []struct {
-			Name     string `json:"name"`
-			Healthy  bool   `json:"healthy"`
-			Weight   uint32 `json:"weight"`
-			Eligible bool   `json:"eligible"`
-			Removed  bool   `json:"removed"`
-		} `json:"backends"`
-	} `json:"services"`
+	Services []statusService `json:"services"`
+}
+
+// statusCheck is a health-check target of /status.
+type statusCheck struct {
+	Target      string `json:"target"`
+	Address     string `json:"address"`
+	Healthy     bool   `json:"healthy"`
+	Probes      uint64 `json:"probes"`
+	Pass        *bool  `json:"last_pass"`
+	Reason      string `json:"last_reason"`
+	WeightState string `json:"last_weight_state"`
+}
+
+// statusService is a service of /status.
+type statusService struct {
+	Name     string          `json:"name"`
+	Side     string          `json:"side"`
+	Eligible []string        `json:"eligible"`
+	Why      string          `json:"why"`
+	Backends []statusBackend `json:"backends"`
+}
+
+// statusBackend is a backend of a service of /status.
+type statusBackend struct {
+	Name           string `json:"name"`
+	Healthy        bool   `json:"healthy"`
+	Weight         uint32 `json:"weight"`
+	ReportedWeight uint32 `json:"reported_weight"`
+	Eligible       bool   `json:"eligible"`
+	Removed        bool   `json:"removed"`
 }
 
 func getStatus(t *testing.T, b *testbed.Bed) status {
