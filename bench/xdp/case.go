@@ -13,8 +13,8 @@ import (
 	"xlb/bench/xdp/topo"
 )
 
-// caseResult is one measured case.
-type caseResult struct {
+// Case is one measured case (a row of the report's data).
+type Case struct {
 	Variant  string  `json:"forwarder"`
 	Size     int     `json:"frame_bytes"` // on the wire, FCS included
 	Load     string  `json:"load"`        // "full" or "half"
@@ -56,8 +56,14 @@ type caseResult struct {
 	// whole machine, other processes included).
 	CPUBusy []float64 `json:"cpu_busy"`
 
-	LatP50, LatP90, LatP99, LatP999, LatMean, LatMax float64 // µs
-	latency                                          sink.Histogram
+	// Latency percentiles, mean and maximum in µs (0 with no frames).
+	LatP50  float64 `json:"latency_p50_us"`
+	LatP90  float64 `json:"latency_p90_us"`
+	LatP99  float64 `json:"latency_p99_us"`
+	LatP999 float64 `json:"latency_p999_us"`
+	LatMean float64 `json:"latency_mean_us"`
+	LatMax  float64 `json:"latency_max_us"`
+	latency sink.Histogram
 }
 
 // setAffinity pins task pid to cpu.
@@ -98,10 +104,10 @@ func (b *bench) kernelCPU() time.Duration {
 }
 
 // runCase sends variant v's frames of size at rate (0: full speed) for d.
-func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, rate float64, d time.Duration) (caseResult, error) {
+func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, rate float64, d time.Duration) (Case, error) {
 	fr := b.frames[[2]int{size, int(v.port)}]
 	if fr == nil {
-		return caseResult{}, fmt.Errorf("no frames for %d bytes to port %d", size, v.port)
+		return Case{}, fmt.Errorf("no frames for %d bytes to port %d", size, v.port)
 	}
 	b.run++
 	ctr := sink.NewCounter(backendMACs(b.topo), b.run)
@@ -119,7 +125,7 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 		Duration: d, Rate: rate, CPU: b.genCPU})
 	wall := time.Since(start)
 	if err != nil {
-		return caseResult{}, err
+		return Case{}, err
 	}
 	cpu1, drops1, kern1 := readCPUTimes(), b.drops(), b.kernelCPU()
 	var user time.Duration
@@ -127,7 +133,7 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 		user = f.userCPU() - user0
 	}
 	if err := f.alive(); err != nil {
-		return caseResult{}, err
+		return Case{}, err
 	}
 	var middle map[string]uint64
 	if f.counters != nil {
@@ -141,7 +147,7 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 		}
 	}
 
-	r := caseResult{Variant: v.name, Size: size, Load: "full", RatePPS: rate, Duration: d.Seconds(),
+	r := Case{Variant: v.name, Size: size, Load: "full", RatePPS: rate, Duration: d.Seconds(),
 		Sent: res.Sent, Forwarded: ctr.Frames, PerBackend: ctr.PerBackend, Other: ctr.Other,
 		GenCPU: res.ThreadCPU.Seconds(), Middle: middle, CPUBusy: busyFrac(cpu0, cpu1), latency: ctr.Latency}
 	if rate > 0 {

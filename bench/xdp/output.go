@@ -12,10 +12,10 @@ import (
 
 // Data is the JSON result beside the tables.
 type Data struct {
-	Cases    []caseResult `json:"cases"`
-	Backends int          `json:"backends"`
-	Flows    int          `json:"flows"`
-	Variants []string     `json:"forwarders"`
+	Cases    []Case   `json:"cases"`
+	Backends int      `json:"backends"`
+	Flows    int      `json:"flows"`
+	Variants []string `json:"forwarders"`
 	// GenCPU and MidCPU are the cores the generator and the middle hop
 	// were pinned to (-1: none).
 	GenCPU int `json:"generator_cpu"`
@@ -23,7 +23,7 @@ type Data struct {
 }
 
 // find returns the case of variant v at size and load, or nil.
-func find(rs []caseResult, v string, size int, load string) *caseResult {
+func find(rs []Case, v string, size int, load string) *Case {
 	for i := range rs {
 		if rs[i].Variant == v && rs[i].Size == size && rs[i].Load == load {
 			return &rs[i]
@@ -34,7 +34,7 @@ func find(rs []caseResult, v string, size int, load string) *caseResult {
 
 func mpps(pps float64) string { return report.F(pps/1e6, 3) }
 
-func (b *bench) report(rs []caseResult) report.Report {
+func (b *bench) report(rs []Case) report.Report {
 	r := report.Report{Data: Data{Cases: rs, Backends: b.cfg.Backends, Flows: b.cfg.Sources * b.cfg.Ports,
 		Variants: b.cfg.Variants, GenCPU: b.genCPU, MidCPU: b.midCPU}}
 
@@ -97,7 +97,7 @@ func (b *bench) report(rs []caseResult) report.Report {
 	return r
 }
 
-func (b *bench) targets(rs []caseResult) []report.Target {
+func (b *bench) targets(rs []Case) []report.Target {
 	var ts []report.Target
 	small := 64
 	if !containsInt(b.cfg.Sizes, 64) {
@@ -148,7 +148,7 @@ func containsInt(s []int, v int) bool {
 
 // charts: the latency CDF per frame size at half load, one line per
 // forwarder, from 200 quantiles of its histogram.
-func (b *bench) charts(rs []caseResult) []report.Chart {
+func (b *bench) charts(rs []Case) []report.Chart {
 	var cs []report.Chart
 	for _, size := range b.cfg.Sizes {
 		c := report.Chart{File: fmt.Sprintf("xdp-latency-%d", size), Kind: "cdf", LogX: true,
@@ -172,7 +172,7 @@ func (b *bench) charts(rs []caseResult) []report.Chart {
 	return cs
 }
 
-func (b *bench) methodNotes(rs []caseResult) []string {
+func (b *bench) methodNotes(rs []Case) []string {
 	n := []string{
 		fmt.Sprintf("Topology: namespaces %s-gen and %s-mid joined by one veth pair (%sg <-> %sm), one queue each; "+
 			"%d backends are macvlans on %sg with their own MACs and addresses (the middle hop has permanent neighbour entries for them, "+
@@ -193,6 +193,11 @@ func (b *bench) methodNotes(rs []caseResult) []string {
 	if b.midCPU >= 0 {
 		cpu += fmt.Sprintf(" Pinned: generator thread and the generator veth's NAPI thread on CPU %d, the middle's NAPI thread and worker on CPU %d (of %d).", b.genCPU, b.midCPU, runtime.NumCPU())
 	}
-	n = append(n, cpu)
+	n = append(n, cpu,
+		fmt.Sprintf("Priorities: every thread measured or measuring (generator, NAPI threads, xlb, the reflector's worker) runs at nice %d, so that other load on the machine disturbs less; "+
+			"the sink's NAPI thread is SCHED_FIFO (lowest priority), as an interrupt would be, so that frames coming back are not lost to the generator's own loop. "+
+			"The veth rings hold 256 frames: a middle hop that is off its core for a few ms at any load loses frames (drop in).", benchNice),
+		"veth specifics: there is no zero-copy AF_XDP on veth, so xlb and the reflector copy every frame in and out (copy mode); and an XDP program on the receiving veth first copies each frame that was sent from a socket or the stack into a page with XDP headroom, "+
+			"which the XDP-based middles (xlb, reflector, xdpfwd) pay and nftables (no XDP program) does not. On a NIC with zero-copy both copies go away.")
 	return n
 }
