@@ -113,3 +113,17 @@ func TestBuildRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteAllocs: writing a frame, the generator's per-frame work,
+// allocates nothing.
+func TestWriteAllocs(t *testing.T) {
+	f, err := Build(spec(1496))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 2048)
+	i := 0
+	if n := testing.AllocsPerRun(1000, func() { f.Write(buf, i%f.N(), int64(i), 1); i++ }); n != 0 {
+		t.Fatalf("Write allocates %v times per frame", n)
+	}
+}

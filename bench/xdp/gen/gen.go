@@ -124,6 +124,7 @@ func loop(ctx context.Context, cfg *Config) (Result, error) {
 	rx := make([]unix.XDPDesc, 256)
 	tx := make([]unix.XDPDesc, batch)
 	addrs := make([]uint64, max(256, batch))
+	fds := []unix.PollFd{{Fd: int32(s.FD()), Events: unix.POLLIN}}
 	before, err := s.Stats()
 	if err != nil {
 		return Result{}, err
@@ -186,7 +187,7 @@ func loop(ctx context.Context, cfg *Config) (Result, error) {
 			break
 		}
 		if !busy {
-			idleWait(s, cfg, start, end, r.Queued)
+			idleWait(s, fds, cfg, start, end, r.Queued)
 		}
 	}
 	r.SendTime = time.Duration(lastTx - start)
@@ -222,7 +223,7 @@ func diffStats(a, b afxdp.Stats) afxdp.Stats {
 // generator sleeps rather than spins: in poll(2) on the socket until a
 // frame arrives, or until the next frame is due when sending at a rate
 // (at most 100 µs). At full speed, or once sending is over, it only yields.
-func idleWait(s *afxdp.Socket, cfg *Config, start, end int64, queued uint64) {
+func idleWait(s *afxdp.Socket, fds []unix.PollFd, cfg *Config, start, end int64, queued uint64) {
 	now := Now()
 	if cfg.Rate <= 0 && now < end {
 		_, _ = s.Poll(0)
@@ -237,7 +238,7 @@ func idleWait(s *afxdp.Socket, cfg *Config, start, end int64, queued uint64) {
 	if wait <= 0 {
 		return
 	}
-	fds := []unix.PollFd{{Fd: int32(s.FD()), Events: unix.POLLIN}}
+	fds[0].Revents = 0
 	ts := unix.NsecToTimespec(wait)
 	_, _ = unix.Ppoll(fds, &ts, nil)
 }

@@ -182,3 +182,16 @@ func TestProgramVerdicts(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordAllocs: accounting for a received frame allocates nothing.
+func TestRecordAllocs(t *testing.T) {
+	macs := []net.HardwareAddr{{2, 0x77, 0, 0, 1, 1}, {2, 0x77, 0, 0, 1, 2}}
+	c := NewCounter(macs, 3)
+	f := frame(t, macs[1], 1000, 3, 60)
+	if n := testing.AllocsPerRun(1000, func() { c.Record(f, 5000) }); n != 0 {
+		t.Fatalf("Record allocates %v times per frame", n)
+	}
+	if c.PerBackend[1] == 0 {
+		t.Fatal("nothing recorded")
+	}
+}
