@@ -34,7 +34,7 @@ func TestRunSmall(t *testing.T) {
 		if c.Allocs != 0 {
 			t.Errorf("%s: %d allocations in the window", name, c.Allocs)
 		}
-		if c.Packets == 0 || !(c.Mpps > 0) || !(c.NsPerPkt > 0) || c.NsPerPkt > 1e6 {
+		if c.Packets == 0 || !(c.Mpps > 0) || !(c.NsPerPkt > 0) || math.IsInf(c.NsPerPkt, 0) {
 			t.Errorf("%s: %d packets, %.2f Mpps, %.1f ns/pkt", name, c.Packets, c.Mpps, c.NsPerPkt)
 		}
 		if d := c.NsPerPkt * c.MppsPerCore; math.Abs(d-1000) > 1 {
@@ -56,7 +56,14 @@ func TestRunSmall(t *testing.T) {
 		case flows.AllSYN.Name:
 			want, slack = 100, 0
 		case flows.Realistic.Name:
-			want, slack = 10, 2
+			// The window holds k whole passes over the replay set and
+			// part of another, whose share of SYNs may be anything:
+			// the window's share is within 10/k of 10%.
+			k := c.Packets / uint64(c.Replay)
+			if k < 2 {
+				continue // a loaded machine left too short a window to tell
+			}
+			want, slack = 10, 2+10/float64(k)
 		case flows.UDPOnly.Name:
 			want, slack = 0, 0
 		}

@@ -91,8 +91,11 @@ func (r *run) measure() (sample, error) {
 			for {
 				// One clock read per batch, as a production worker: the
 				// engine's ms clock and the end of the window.
+				// At least one batch, even when the scheduler kept the
+				// thread off the CPU for the whole window (a loaded
+				// machine): every worker has a figure.
 				el := time.Since(epoch)
-				if el >= end {
+				if el >= end && pkts > 0 {
 					res[w] = workerResult{pkts: pkts, wall: el - t0, cpu: threadCPU() - cpu0}
 					return
 				}
