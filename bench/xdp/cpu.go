@@ -156,3 +156,14 @@ func restoreNice(old map[int]int) {
 func setFIFO(pid int) error {
 	return unix.SchedSetAttr(pid, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 1}, 0)
 }
+
+// napiSlice is the time slice of the middle's NAPI thread (see pinNAPI).
+const napiSlice = 100 * time.Microsecond
+
+// setSlice makes task pid SCHED_OTHER at nice with a custom time slice
+// (sched_attr.sched_runtime; EEVDF lets a task with a shorter slice
+// preempt on wakeup).
+func setSlice(pid, nice int, slice time.Duration) error {
+	return unix.SchedSetAttr(pid, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_NORMAL,
+		Nice: int32(nice), Runtime: uint64(slice)}, 0)
+}

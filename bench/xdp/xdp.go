@@ -238,6 +238,18 @@ func (b *bench) pinNAPI() {
 				b.note("could not pin %s's NAPI thread %d to CPU %d: %v", p.dev, pid, p.cpu, err)
 			}
 			_ = renice(pid, benchNice)
+			if p.dev == b.topo.MidDev {
+				// The middle's NAPI thread is the system measured: an
+				// ordinary thread, but with a short time slice so that
+				// it preempts a polling worker on its core when frames
+				// arrive, as a NIC's interrupt would, instead of waiting
+				// out the worker's slice while the 256-frame veth ring
+				// overflows. At overload the two still share the core
+				// fairly (no livelock).
+				if err := setSlice(pid, benchNice, napiSlice); err != nil {
+					b.note("could not give the middle's NAPI thread a %v time slice (%v; Linux >= 6.12): it may wait out a polling worker's slice", napiSlice, err)
+				}
+			}
 			if p.dev == b.topo.GenDev {
 				// The sink's side is the measuring instrument: its NAPI
 				// thread runs before the generator thread that shares
