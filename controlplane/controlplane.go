@@ -382,6 +382,7 @@ func (c *ControlPlane) publish(now int64) {
 			Failover:       b.failover,
 			Healthy:        b.healthy,
 			ReportedWeight: b.weight,
+			WeightState:    b.weightState.String(),
 			Removed:        b.removed,
 			DrainUntil:     b.drainUntil,
 		}

@@ -70,8 +70,11 @@ type Backend struct {
 	// Weight is the weight used for selection (already 1 for everyone when
 	// the service is not weighted or has fallen back to equal weights).
 	Weight uint32
-	// ReportedWeight is the last weight the backend reported (W1).
+	// ReportedWeight is the last weight the backend reported (W1);
+	// WeightState what its latest reply said about it (W1a: VALID,
+	// MISSING_WEIGHT, INVALID_WEIGHT, UNAVAILABLE_WEIGHT), for reports only.
 	ReportedWeight uint32
+	WeightState    string
 
 	// Removed: the backend left the configuration or was drained by an
 	// operator (M5). It is never selected; entries that point at it stay

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"xlb/controlplane/admin"
@@ -26,9 +27,9 @@ func printStatus(w io.Writer, r *admin.Report) error {
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "SERVICE\tSIDE\tELIGIBLE\tWHY")
+	fmt.Fprintln(tw, "SERVICE\tSIDE\tELIGIBLE\tWEIGHTS\tWHY")
 	for _, s := range r.Services {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", s.Name, s.Side, len(s.Eligible), s.Why)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", s.Name, s.Side, len(s.Eligible), weights(&s), s.Why)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "SERVICE\tBACKEND\tIP\tGROUP\tROLE\tHEALTH\tWEIGHT\tELIGIBLE\tSTATE\tPACKETS\tNEW CONNS")
@@ -55,6 +56,19 @@ func printStatus(w io.Writer, r *admin.Report) error {
 		row("-", &r.Orphans[i])
 	}
 	return tw.Flush()
+}
+
+// weights says how a service weighs its backends: "-" (not weighted),
+// "reported" (W1), or "equal" with the backends that caused the fallback
+// (W1a).
+func weights(s *admin.ServiceReport) string {
+	switch {
+	case !s.Weighted:
+		return "-"
+	case len(s.WeightFallback) > 0:
+		return "equal (" + strings.Join(s.WeightFallback, ", ") + ")"
+	}
+	return "reported"
 }
 
 // backendState is active, not-ready, draining (with the time left) or

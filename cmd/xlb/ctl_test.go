@@ -103,8 +103,8 @@ func TestStatusTable(t *testing.T) {
 		t.Errorf("no reload summary in:\n%s", o.stdout)
 	}
 	web := columns(t, o.stdout, "web", "primary")
-	if web[2] != "1" {
-		t.Errorf("web eligible %s, want 1 (b2 drained): %v", web[2], web)
+	if web[2] != "1" || web[3] != "-" {
+		t.Errorf("web eligible %s, weights %s; want 1 (b2 drained), - (not weighted): %v", web[2], web[3], web)
 	}
 	columns(t, o.stdout, "dns", "primary")
 	b1 := columns(t, o.stdout, "web", "b1")

@@ -85,13 +85,19 @@ var (
 	descBeDraining = prometheus.NewDesc("xlb_backend_draining",
 		"1 while a removed backend's existing flows still reach it.", backendLabels, nil)
 
+	descSvcWeightFallback = prometheus.NewDesc("xlb_service_weight_fallback",
+		"1 while a WEIGHTED_MAGLEV service uses equal weights because a backend reported a missing or invalid weight (W1a); xlb_backend_weight_state says which.", serviceLabels, nil)
+	descBeWeightState = prometheus.NewDesc("xlb_backend_weight_state",
+		"1 for what the backend's latest health-check reply said about its weight (state: VALID, MISSING_WEIGHT, INVALID_WEIGHT, UNAVAILABLE_WEIGHT), 0 for the other states; WEIGHTED_MAGLEV services only.",
+		[]string{"service", "backend", "ip", "state"}, nil)
+
 	allDescs = []*prometheus.Desc{
 		descQueueRX, descQueueTX, descQueuePass, descQueueDrops, descQueueEvictions,
 		descCTEntries, descCTCapacity, descCTInserts, descCTUpdates, descCTEvictions, descCTReclaimed, descCTDeletes,
 		descGeneration, descReloadOK, descReloadFail,
 		descSvcPackets, descSvcBytes, descSvcNew, descSvcDrops, descSvcSide, descSvcEligible, descSvcBackends, descSvcSwitches,
 		descBePackets, descBeBytes, descBeNew, descBeHealthy, descBeWeight, descBeEligible, descBeReady,
-		descBeRemoved, descBeDraining,
+		descBeRemoved, descBeDraining, descSvcWeightFallback, descBeWeightState,
 	}
 )
 
@@ -180,6 +186,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descBeReady, b01(b.Ready), l...)
 		gauge(descBeRemoved, b01(b.Removed), l...)
 		gauge(descBeDraining, b01(b.Draining), l...)
+		if b.WeightState != "" {
+			for _, st := range weightStates {
+				gauge(descBeWeightState, b01(b.WeightState == st), append(l, st)...)
+			}
+		}
 	}
 	var switches map[string][2]uint64
 	if sw, ok := c.src.(Switches); ok {
@@ -198,6 +209,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		drops(descSvcDrops, &s.Drops, s.Name)
 		gauge(descSvcSide, b01(s.Side == dataplane.SideFailover.String()), s.Name)
 		gauge(descSvcEligible, float64(len(s.Eligible)), s.Name)
+		if s.Weighted {
+			gauge(descSvcWeightFallback, b01(len(s.WeightFallback) > 0), s.Name)
+		}
 		current := 0
 		for j := range s.Backends {
 			if !s.Backends[j].Removed {
@@ -211,6 +225,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		backend("", &r.Orphans[i])
 	}
 }
+
+// weightStates are the values of xlb_backend_weight_state's state label.
+var weightStates = [...]string{"VALID", "MISSING_WEIGHT", "INVALID_WEIGHT", "UNAVAILABLE_WEIGHT"}
 
 func b01(b bool) float64 {
 	if b {

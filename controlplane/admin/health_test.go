@@ -1,8 +1,14 @@
 package admin_test
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	"xlb/controlplane"
+	"xlb/controlplane/admin"
+	"xlb/controlplane/cptest"
 )
 
 // TestHealthMetricsExported: probes observed are counted by check and
@@ -60,4 +66,98 @@ func TestFailoverSwitchesExported(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", k, v, ok, want)
 		}
 	}
+}
+
+// weightedToml: one WEIGHTED_MAGLEV service over three backends.
+const weightedToml = `
+[[health_check]]
+name = "hc"
+type = "HTTP"
+port = 80
+
+[[backend_service]]
+name = "api"
+protocol = "TCP"
+health_checks = ["hc"]
+locality_lb_policy = "WEIGHTED_MAGLEV"
+  [[backend_service.backend]]
+  group = "g"
+  endpoints = [
+    { name = "w1", ip = "10.1.0.1" }, { name = "w2", ip = "10.1.0.2" }, { name = "w3", ip = "10.1.0.3" },
+  ]
+
+[[forwarding_rule]]
+name = "api"
+ip_address = "203.0.113.20"
+ip_protocol = "TCP"
+ports = ["443"]
+backend_service = "api"
+`
+
+// TestW1a_WeightFallbackExported: a missing or invalid weight makes the
+// service fall back to equal weights, and /metrics and /status say so and
+// name the backend and the reason; a timed-out probe (UNAVAILABLE_WEIGHT)
+// does not.
+func TestW1a_WeightFallbackExported(t *testing.T) {
+	r := cptest.New(t, weightedToml)
+	src := &rigSources{rig: r, workers: []admin.QueueStats{{Queue: 0, Stats: r.W.Stats()}}}
+	base := startServer(t, src)
+	for _, n := range []string{"w1", "w2", "w3"} {
+		r.Health(n, true)
+	}
+	set := func(name string, w uint32, st controlplane.WeightState) {
+		t.Helper()
+		if err := r.CP.SetWeight(name, w, st, r.Now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("w1", 1, controlplane.WeightValid)
+	set("w2", 4, controlplane.WeightValid)
+	set("w3", 2, controlplane.WeightUnavailable)
+
+	state := func(be, st string) string {
+		return fmt.Sprintf(`xlb_backend_weight_state{backend=%q,ip="10.1.0.%c",service="api",state=%q}`, be, be[1], st)
+	}
+	check := func(step string, want map[string]float64, fallback []string) {
+		t.Helper()
+		s, _ := scrape(t, base)
+		for k, v := range want {
+			if got, ok := s[k]; !ok || got != v {
+				t.Errorf("%s: %s = %v (present %v), want %v", step, k, got, ok, v)
+			}
+		}
+		rep := admin.Gather(src)
+		if got := rep.Services[0].WeightFallback; !slices.Equal(got, fallback) {
+			t.Errorf("%s: /status weight_fallback %q, want %q", step, got, fallback)
+		}
+	}
+	check("valid and unavailable", map[string]float64{
+		`xlb_service_weight_fallback{service="api"}`:                   0,
+		state("w1", "VALID"):                                           1,
+		state("w3", "UNAVAILABLE_WEIGHT"):                              1,
+		state("w3", "VALID"):                                           0,
+		`xlb_backend_weight{backend="w2",ip="10.1.0.2",service="api"}`: 4,
+	}, nil)
+
+	set("w2", 0, controlplane.WeightMissing)
+	check("missing", map[string]float64{
+		`xlb_service_weight_fallback{service="api"}`:                   1,
+		state("w2", "MISSING_WEIGHT"):                                  1,
+		state("w2", "VALID"):                                           0,
+		`xlb_backend_weight{backend="w2",ip="10.1.0.2",service="api"}`: 1,
+		`xlb_backend_weight{backend="w1",ip="10.1.0.1",service="api"}`: 1,
+	}, []string{"w2: MISSING_WEIGHT"})
+
+	set("w1", 0, controlplane.WeightInvalid)
+	check("missing and invalid", map[string]float64{
+		`xlb_service_weight_fallback{service="api"}`: 1,
+		state("w1", "INVALID_WEIGHT"):                1,
+	}, []string{"w1: INVALID_WEIGHT", "w2: MISSING_WEIGHT"})
+
+	set("w1", 1, controlplane.WeightValid)
+	set("w2", 4, controlplane.WeightValid)
+	check("valid again", map[string]float64{
+		`xlb_service_weight_fallback{service="api"}`:                   0,
+		`xlb_backend_weight{backend="w2",ip="10.1.0.2",service="api"}`: 4,
+	}, nil)
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"xlb/controlplane/cptest"
 )
 
 // TestMetricsDocumented: every xlb_ family a full scrape exports is a row
@@ -35,6 +37,14 @@ func TestMetricsDocumented(t *testing.T) {
 	traffic(t, r, src)
 	src.health.Observe("http", true, time.Millisecond) // histograms export from the first probe
 	_, fams := scrape(t, startServer(t, src))
+	// The weight-state families exist only for WEIGHTED_MAGLEV services.
+	wr := cptest.New(t, weightedToml)
+	_, wfams := scrape(t, startServer(t, &rigSources{rig: wr}))
+	for _, name := range []string{"xlb_service_weight_fallback", "xlb_backend_weight_state"} {
+		if f, ok := wfams[name]; ok {
+			fams[name] = f
+		}
+	}
 	for name, f := range fams {
 		if !strings.HasPrefix(name, "xlb_") {
 			continue

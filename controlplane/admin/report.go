@@ -62,6 +62,11 @@ type ServiceReport struct {
 	// produced it.
 	Eligible         []string        `json:"eligible"`
 	Why              string          `json:"why"`
+	// Weighted: WEIGHTED_MAGLEV. WeightFallback names the backends whose
+	// missing or invalid weight made the service fall back to equal
+	// weights (W1a), as "NAME: STATE"; empty when it uses their weights.
+	Weighted         bool            `json:"weighted"`
+	WeightFallback   []string        `json:"weight_fallback,omitempty"`
 	ForwardedPackets uint64          `json:"forwarded_packets"`
 	ForwardedBytes   uint64          `json:"forwarded_bytes"`
 	NewConnections   uint64          `json:"new_connections"`
@@ -82,7 +87,10 @@ type BackendReport struct {
 	// reported (W1).
 	Weight         uint32 `json:"weight"`
 	ReportedWeight uint32 `json:"reported_weight"`
-	Eligible       bool   `json:"eligible"`
+	// WeightState is what its latest health-check reply said about its
+	// weight (W1a); weighted services only.
+	WeightState string `json:"weight_state,omitempty"`
+	Eligible    bool   `json:"eligible"`
 	// Ready: its next-hop MAC is known; a backend that is not ready is
 	// never sent a frame.
 	Ready bool `json:"ready"`
@@ -184,7 +192,7 @@ func queues(workers []QueueStats) []QueueReport {
 // service reports a service and its backends.
 func service(snap *dataplane.Snapshot, svc *dataplane.Service, backends []*dataplane.Backend, workers []QueueStats, now int64) ServiceReport {
 	sr := ServiceReport{Name: svc.Name, ID: svc.ID, Side: svc.Side.String(), Why: svc.EligibleWhy,
-		Eligible: []string{}, Backends: []BackendReport{}}
+		Weighted: svc.Weighted, Eligible: []string{}, Backends: []BackendReport{}}
 	for _, w := range workers {
 		if w.Stats == nil {
 			continue
@@ -206,6 +214,12 @@ func service(snap *dataplane.Snapshot, svc *dataplane.Service, backends []*datap
 	for _, b := range backends {
 		br := backend(b, workers, now)
 		br.Eligible = eligible[b.Ref]
+		if svc.Weighted {
+			br.WeightState = b.WeightState
+			if svc.WeightFallback && !b.Removed && (b.WeightState == "MISSING_WEIGHT" || b.WeightState == "INVALID_WEIGHT") {
+				sr.WeightFallback = append(sr.WeightFallback, br.Name+": "+b.WeightState)
+			}
+		}
 		sr.Backends = append(sr.Backends, br)
 	}
 	return sr

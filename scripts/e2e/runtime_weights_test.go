@@ -99,6 +99,7 @@ func TestW1_WeightsChangeAtRuntime(t *testing.T) {
 			t.Errorf("fallback to equal weights: xlb_backend_weight of %s is %v, want 1", n, w)
 		}
 	}
+	checkFallbackMetrics(t, b, "b1", "MISSING_WEIGHT")
 	if !logHas(p, `"msg":"weight report"`, fmt.Sprintf(`"target":"hc/%s"`, b.Backend("b1").Addr4), `"state":"MISSING_WEIGHT"`) {
 		t.Error("xlb's log has no weight report of b1 with state MISSING_WEIGHT")
 	}
@@ -108,8 +109,12 @@ func TestW1_WeightsChangeAtRuntime(t *testing.T) {
 	must(t, b.SetWeight("b1", "abc"))
 	checkWeightState(t, b, "b1", "INVALID_WEIGHT")
 	weightsAre("equal weights while b1's weight is invalid", map[string]uint32{"b1": 1, "b2": 1, "b3": 1})
+	checkFallbackMetrics(t, b, "b1", "INVALID_WEIGHT")
 	must(t, b.SetWeight("b1", "1"))
 	weightsAre("weights 1, 4, 0 once b1 reports a valid weight again", map[string]uint32{"b1": 1, "b2": 4, "b3": 0})
+	if v := metric(t, metrics(t, b), `xlb_service_weight_fallback{service="web"}`); v != 0 {
+		t.Errorf("every weight valid again: xlb_service_weight_fallback = %v, want 0", v)
+	}
 
 	// W1b: every backend reports 0, all share equally.
 	must(t, b.SetWeight("b1", "0"))
@@ -147,6 +152,39 @@ func TestW1_WeightsChangeAtRuntime(t *testing.T) {
 			}
 		}
 		k.mu.Unlock()
+	}
+}
+
+// checkFallbackMetrics: /metrics says, within 5 s (the health checker's
+// report reaches the control plane's next snapshot a moment after
+// /status's health-check view), that the web service fell back to equal
+// weights (W1a) and that backend name's weight state is state.
+func checkFallbackMetrics(t *testing.T, b *testbed.Bed, name, state string) {
+	t.Helper()
+	s := strings.TrimSuffix(series("xlb_backend_weight_state", "web", name, b), "}")
+	var problems []string
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		m := metrics(t, b)
+		problems = problems[:0]
+		if v := metric(t, m, `xlb_service_weight_fallback{service="web"}`); v != 1 {
+			problems = append(problems, fmt.Sprintf("xlb_service_weight_fallback = %v, want 1", v))
+		}
+		for _, st := range []string{"VALID", "MISSING_WEIGHT", "INVALID_WEIGHT", "UNAVAILABLE_WEIGHT"} {
+			want := 0.0
+			if st == state {
+				want = 1
+			}
+			if v := metric(t, m, s+fmt.Sprintf(",state=%q}", st)); v != want {
+				problems = append(problems, fmt.Sprintf("xlb_backend_weight_state{backend=%q,state=%q} = %v, want %v", name, st, v, want))
+			}
+		}
+		if len(problems) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, p := range problems {
+		t.Errorf("%s from %s: %s", state, name, p)
 	}
 }
 
