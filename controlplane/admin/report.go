@@ -60,8 +60,8 @@ type ServiceReport struct {
 	Side string `json:"side"`
 	// Eligible names the eligible set's backends; Why is the rule that
 	// produced it.
-	Eligible         []string        `json:"eligible"`
-	Why              string          `json:"why"`
+	Eligible []string `json:"eligible"`
+	Why      string   `json:"why"`
 	// Weighted: WEIGHTED_MAGLEV. WeightFallback names the backends whose
 	// missing or invalid weight made the service fall back to equal
 	// weights (W1a), as "NAME: STATE"; empty when it uses their weights.
