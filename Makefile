@@ -3,7 +3,7 @@ GO        ?= go
 STATICCHECK_VERSION := v0.8.2
 PKGS      := ./...
 
-.PHONY: all build test test-short e2e bench lint demo demo-sim fuzz clean
+.PHONY: all build test test-short e2e bench lbbench gobench lint demo demo-sim fuzz clean
 
 all: build
 
@@ -38,7 +38,22 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./dataplane/packet/
 	$(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./dataplane/
 
+# A short lbbench run of each command (the xdp one needs root and says so
+# otherwise); `make lbbench` is the full run with charts in bench-out/;
+# `make gobench` runs every Go benchmark with allocation counts.
 bench:
+	$(GO) build -o bin/lbbench ./cmd/lbbench
+	./bin/lbbench core --quick
+	./bin/lbbench maglev --quick
+	@if [ "$$(id -u)" = 0 ]; then ./bin/lbbench xdp --quick; else echo "lbbench xdp: skipped (needs root: sudo env \"PATH=$$PATH\" make bench)"; fi
+
+lbbench:
+	$(GO) build -o bin/lbbench ./cmd/lbbench
+	./bin/lbbench core --plot bench-out
+	./bin/lbbench maglev --plot bench-out
+	./bin/lbbench xdp --plot bench-out
+
+gobench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 lint:
@@ -58,4 +73,4 @@ demo-sim: build
 	@./scripts/demo-sim.sh
 
 clean:
-	rm -rf bin
+	rm -rf bin bench-out
