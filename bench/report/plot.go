@@ -171,7 +171,15 @@ func linearAxis(lo, hi float64) axis {
 		}
 		lo, hi = lo-d, hi+d
 	}
-	step := niceNum((hi - lo) / 5)
+	return stepAxis(lo, hi, niceNum((hi-lo)/5))
+}
+
+// stepAxis spans lo..hi (hi > lo) with ticks every step, the ends rounded
+// out to ticks.
+func stepAxis(lo, hi, step float64) axis {
+	if hi <= lo {
+		lo, hi = lo-step, hi+step
+	}
 	a := axis{lo: math.Floor(lo/step) * step, hi: math.Ceil(hi/step) * step, step: step}
 	n := int(math.Round((a.hi - a.lo) / step))
 	for i := 0; i <= n; i++ {
@@ -252,10 +260,11 @@ func renderSVG(c Chart) ([]byte, error) {
 	}
 	xlo, xhi := math.Inf(1), math.Inf(-1)
 	ylo, yhi := 0.0, 0.0 // line charts start at zero: an honest baseline
-	empty := true
+	empty, wholeX := true, c.Kind != "cdf"
 	for _, l := range lines {
 		for _, p := range l.path {
 			empty = false
+			wholeX = wholeX && p.x == math.Trunc(p.x)
 			xlo, xhi = math.Min(xlo, p.x), math.Max(xhi, p.x)
 			ylo, yhi = math.Min(ylo, p.y), math.Max(yhi, p.y)
 		}
@@ -268,6 +277,10 @@ func renderSVG(c Chart) ([]byte, error) {
 		xa = logAxis(xlo, xhi)
 	} else {
 		xa = linearAxis(xlo, xhi)
+		if wholeX && xa.step < 1 {
+			// Counts (workers, backends) get whole-number ticks.
+			xa = stepAxis(xlo, xhi, 1)
+		}
 	}
 	ylabel := c.YLabel
 	if c.Kind == "cdf" {

@@ -127,6 +127,18 @@ func TestPlotLinePixels(t *testing.T) {
 	}
 }
 
+// TestPlotWholeX: an x axis of counts (workers 1 and 2) is labelled with
+// whole numbers only, its ends at the plot's edges.
+func TestPlotWholeX(t *testing.T) {
+	p := render(t, Chart{Series: []Series{{Name: "a", X: []float64{1, 2}, Y: []float64{0, 10}}}})
+	samePoints(t, "a", p.lines["a"], []pt{{left, bottom}, {right, top}})
+	for _, l := range []string{"1.2", "1.5", "1.0"} {
+		if contains(p.text, l) {
+			t.Errorf("tick label %q on an axis of whole numbers: %v", l, p.text)
+		}
+	}
+}
+
 // TestPlotLogX: on a log axis each decade takes the same width, and points
 // at or below zero are skipped.
 func TestPlotLogX(t *testing.T) {
@@ -202,6 +214,8 @@ func TestAxes(t *testing.T) {
 		{linearAxis(1_200_000, 3_100_000), "1.0M 1.5M 2.0M 2.5M 3.0M 3.5M"},
 		{linearAxis(0, 2500), "0 500 1000 1500 2000 2500"},
 		{linearAxis(5, 5), "4.4 4.6 4.8 5.0 5.2 5.4 5.6"},
+		{stepAxis(1, 2, 1), "1 2"},
+		{stepAxis(2, 2, 1), "1 2 3"},
 		{logAxis(0.5, 2000), "0.1 1 10 100 1k 10k"},
 		{logAxis(3, 8), "1 10"},
 		{logAxis(1, 1e8), "1 10 100 1k 10k 100k 1M 10M 100M"},
