@@ -50,6 +50,11 @@ type Case struct {
 	NsPerPkt   float64 `json:"middle_cpu_ns_per_packet"`
 	PPSPerCore float64 `json:"pps_per_busy_core"`
 	GenCPU     float64 `json:"generator_cpu_s"`
+	// XDPRedirected and SocketTook are, for an AF_XDP forwarder, the
+	// frames its XDP program redirected to its socket and those its worker
+	// took (the rest the socket dropped: no fill buffer, rx ring full).
+	XDPRedirected uint64 `json:"xdp_redirected,omitempty"`
+	SocketTook    uint64 `json:"socket_took,omitempty"`
 	// Middle are the forwarder's own counters over the case.
 	Middle map[string]uint64 `json:"middle_counters,omitempty"`
 	// CPUBusy is each CPU's busy fraction over the case (/proc/stat: the
@@ -149,7 +154,7 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 
 	r := Case{Variant: v.name, Size: size, Load: "full", RatePPS: rate, Duration: d.Seconds(),
 		Sent: res.Sent, Forwarded: ctr.Frames, PerBackend: ctr.PerBackend, Other: ctr.Other,
-		GenCPU: res.ThreadCPU.Seconds(), Middle: middle, CPUBusy: busyFrac(cpu0, cpu1), latency: ctr.Latency}
+		GenCPU: res.ThreadCPU.Seconds(), Middle: middle, XDPRedirected: middle[f.redirKey], SocketTook: middle[f.tookKey], CPUBusy: busyFrac(cpu0, cpu1), latency: ctr.Latency}
 	if rate > 0 {
 		r.Load = "half"
 	}

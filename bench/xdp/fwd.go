@@ -36,6 +36,10 @@ type forwarder struct {
 	// counters are the forwarder's own counters (cumulative, by name;
 	// nil: none), diffed per case into the report's data.
 	counters func() map[string]uint64
+	// redirKey and tookKey name, for an AF_XDP forwarder, the counters of
+	// frames its XDP program redirected to its sockets and of frames its
+	// workers took from them.
+	redirKey, tookKey string
 }
 
 // Names of the forwarders and their variants, in the order they run.
@@ -58,7 +62,7 @@ func backendMACs(t *topo.Topo) []net.HardwareAddr {
 }
 
 func (b *bench) xlbForwarder(want map[string]bool) *forwarder {
-	f := &forwarder{name: "xlb"}
+	f := &forwarder{name: "xlb", redirKey: "runtime.xdp_program.redirected", tookKey: "runtime.queues.socket_rx_frames"}
 	for _, v := range []variant{{name: "xlb", port: portXLB}, {name: "xlb-ct", port: portXLBCT}} {
 		if want[v.name] {
 			v.desc = variantDesc[v.name]
@@ -108,7 +112,8 @@ func (b *bench) xlbForwarder(want map[string]bool) *forwarder {
 }
 
 func (b *bench) reflectorForwarder() *forwarder {
-	f := &forwarder{name: "reflector", variants: []variant{{name: "reflector", desc: variantDesc["reflector"], port: portXLB}}}
+	f := &forwarder{name: "reflector", variants: []variant{{name: "reflector", desc: variantDesc["reflector"], port: portXLB}},
+		redirKey: "xdp_redirected", tookKey: "rx"}
 	var r *reflector.Reflector
 	f.start = func(ctx context.Context) error {
 		cfg := reflector.Config{NS: b.topo.MidNS, Iface: b.topo.MidDev, Queues: []int{0},

@@ -193,6 +193,16 @@ func (b *bench) methodNotes(rs []Case) []string {
 	if b.midCPU >= 0 {
 		cpu += fmt.Sprintf(" Pinned: generator thread and the generator veth's NAPI thread on CPU %d, the middle's NAPI thread and worker on CPU %d (of %d).", b.genCPU, b.midCPU, runtime.NumCPU())
 	}
+	var took []string
+	for _, c := range rs {
+		if c.Load == "full" && c.XDPRedirected > 0 {
+			took = append(took, fmt.Sprintf("%s %d B %.0f%%", c.Variant, c.Size, 100*float64(c.SocketTook)/float64(c.XDPRedirected)))
+		}
+	}
+	if len(took) > 0 {
+		cpu += " At full load the AF_XDP paths are overloaded and their kernel side also works on frames their socket then drops (no fill buffer, rx ring full: receive livelock, as on a NIC at overload); " +
+			"share of the frames their XDP program redirected that the worker took: " + strings.Join(took, ", ") + ". That work counts in their CPU per packet."
+	}
 	n = append(n, cpu,
 		fmt.Sprintf("Priorities: every thread measured or measuring (generator, NAPI threads, xlb, the reflector's worker) runs at nice %d, so that other load on the machine disturbs less; "+
 			"the sink's NAPI thread is SCHED_FIFO (lowest priority), as an interrupt would be, so that frames coming back are not lost to the generator's own loop; "+

@@ -311,7 +311,6 @@ func (b *bench) measureForwarder(ctx context.Context, f *forwarder) (_ []Case, e
 			}
 			b.progress.Add(1)
 			out = append(out, full)
-			b.debugDump("after full " + v.name)
 			rate := full.FwdPPS / 2
 			if rate <= 0 {
 				b.progress.Add(1)
@@ -323,25 +322,7 @@ func (b *bench) measureForwarder(ctx context.Context, f *forwarder) (_ []Case, e
 			}
 			b.progress.Add(1)
 			out = append(out, half)
-			b.debugDump("after half " + v.name)
 		}
 	}
 	return out, nil
-}
-
-// debugDump prints the veths' counters and qdiscs to stderr when
-// LBBENCH_XDP_DEBUG is set (diagnosis, not part of the report).
-func (b *bench) debugDump(when string) {
-	if os.Getenv("LBBENCH_XDP_DEBUG") == "" {
-		return
-	}
-	fmt.Fprintf(os.Stderr, "=== %s\n", when)
-	for _, s := range []struct{ ns, dev string }{{b.topo.GenNS, b.topo.GenDev}, {b.topo.MidNS, b.topo.MidDev}} {
-		out, _ := topo.Exec(s.ns, "ethtool", "-S", s.dev)
-		fmt.Fprintf(os.Stderr, "-- %s\n%s", s.dev, out)
-		out, _ = topo.Exec(s.ns, "tc", "qdisc", "show", "dev", s.dev)
-		fmt.Fprintf(os.Stderr, "%s", out)
-		out, _ = topo.Exec(s.ns, "ip", "-s", "link", "show", "dev", s.dev)
-		fmt.Fprintf(os.Stderr, "%s", out)
-	}
 }
