@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,95 +18,36 @@ import (
 // benchTOML is the configuration the engine runs: for each family a TCP
 // service on port 80 (tracked, 5-tuple, idle timeout an hour so that the
 // prefilled flows outlive the run) and a UDP service on port 53 (session
-// affinity NONE: UDP is then not tracked, T1), eight backends each, all
-// L2_DSR (the rewrite is two MAC addresses in place). The VIPs and ports
-// are flows.DefaultTargets'.
-const benchTOML = `
-[[health_check]]
-name = "hc"
-type = "TCP"
-port = 80
-
-[[backend_service]]
-name = "web4"
-protocol = "TCP"
-health_checks = ["hc"]
-  [backend_service.connection_tracking_policy]
-  idle_timeout_sec = 3600
-  [[backend_service.backend]]
-  group = "web4"
-  endpoints = [
-    { name = "w4-1", ip = "10.10.0.1" }, { name = "w4-2", ip = "10.10.0.2" },
-    { name = "w4-3", ip = "10.10.0.3" }, { name = "w4-4", ip = "10.10.0.4" },
-    { name = "w4-5", ip = "10.10.0.5" }, { name = "w4-6", ip = "10.10.0.6" },
-    { name = "w4-7", ip = "10.10.0.7" }, { name = "w4-8", ip = "10.10.0.8" },
-  ]
-
-[[backend_service]]
-name = "web6"
-protocol = "TCP"
-health_checks = ["hc"]
-  [backend_service.connection_tracking_policy]
-  idle_timeout_sec = 3600
-  [[backend_service.backend]]
-  group = "web6"
-  endpoints = [
-    { name = "w6-1", ip = "2001:db8:10::1" }, { name = "w6-2", ip = "2001:db8:10::2" },
-    { name = "w6-3", ip = "2001:db8:10::3" }, { name = "w6-4", ip = "2001:db8:10::4" },
-    { name = "w6-5", ip = "2001:db8:10::5" }, { name = "w6-6", ip = "2001:db8:10::6" },
-    { name = "w6-7", ip = "2001:db8:10::7" }, { name = "w6-8", ip = "2001:db8:10::8" },
-  ]
-
-[[backend_service]]
-name = "dns4"
-protocol = "UDP"
-health_checks = ["hc"]
-  [[backend_service.backend]]
-  group = "dns4"
-  endpoints = [
-    { name = "d4-1", ip = "10.10.1.1" }, { name = "d4-2", ip = "10.10.1.2" },
-    { name = "d4-3", ip = "10.10.1.3" }, { name = "d4-4", ip = "10.10.1.4" },
-  ]
-
-[[backend_service]]
-name = "dns6"
-protocol = "UDP"
-health_checks = ["hc"]
-  [[backend_service.backend]]
-  group = "dns6"
-  endpoints = [
-    { name = "d6-1", ip = "2001:db8:11::1" }, { name = "d6-2", ip = "2001:db8:11::2" },
-    { name = "d6-3", ip = "2001:db8:11::3" }, { name = "d6-4", ip = "2001:db8:11::4" },
-  ]
-
-[[forwarding_rule]]
-name = "web-v4"
-ip_address = "203.0.113.10"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "web4"
-
-[[forwarding_rule]]
-name = "dns-v4"
-ip_address = "203.0.113.10"
-ip_protocol = "UDP"
-ports = ["53"]
-backend_service = "dns4"
-
-[[forwarding_rule]]
-name = "web-v6"
-ip_address = "2001:db8:f::10"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "web6"
-
-[[forwarding_rule]]
-name = "dns-v6"
-ip_address = "2001:db8:f::10"
-ip_protocol = "UDP"
-ports = ["53"]
-backend_service = "dns6"
-`
+// affinity NONE: UDP is then not tracked, T1), all L2_DSR (the rewrite is
+// two MAC addresses in place). The VIPs and ports are
+// flows.DefaultTargets'.
+var benchTOML = func() string {
+	var b strings.Builder
+	b.WriteString("[[health_check]]\nname = \"hc\"\ntype = \"TCP\"\nport = 80\n")
+	for _, s := range []struct {
+		name, proto, vip, port, prefix string
+		backends                       int
+		tracked                        bool
+	}{
+		{"web4", "TCP", "203.0.113.10", "80", "10.10.0.", 8, true},
+		{"dns4", "UDP", "203.0.113.10", "53", "10.10.1.", 4, false},
+		{"web6", "TCP", "2001:db8:f::10", "80", "2001:db8:10::", 8, true},
+		{"dns6", "UDP", "2001:db8:f::10", "53", "2001:db8:11::", 4, false},
+	} {
+		fmt.Fprintf(&b, "\n[[backend_service]]\nname = %q\nprotocol = %q\nhealth_checks = [\"hc\"]\n", s.name, s.proto)
+		if s.tracked {
+			b.WriteString("  [backend_service.connection_tracking_policy]\n  idle_timeout_sec = 3600\n")
+		}
+		fmt.Fprintf(&b, "  [[backend_service.backend]]\n  group = %q\n  endpoints = [\n", s.name)
+		for i := 1; i <= s.backends; i++ {
+			fmt.Fprintf(&b, "    { name = \"%s-%d\", ip = \"%s%d\" },\n", s.name, i, s.prefix, i)
+		}
+		b.WriteString("  ]\n")
+		fmt.Fprintf(&b, "\n[[forwarding_rule]]\nname = %q\nip_address = %q\nip_protocol = %q\nports = [%q]\nbackend_service = %q\n",
+			s.name, s.vip, s.proto, s.port, s.name)
+	}
+	return b.String()
+}()
 
 // epoch starts the engine clock (ms), read once per batch as a production
 // worker does. It starts at 1 s so that no entry is ever "used at 0".
