@@ -45,26 +45,39 @@ func TestX2_ReloadReweights(t *testing.T) {
 	stopTraffic := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	t.Cleanup(stopTraffic)
 
-	// Kept-alive connections, until each backend has two.
-	var kept []*keptConn
-	per := map[string]int{}
-	for i := 0; i < 60 && (per["b1"] < 2 || per["b2"] < 2 || per["b3"] < 2); i++ {
-		hc, err := dialRetry(b, web)
-		if err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
-		r, err := hc.Get("/", 2*time.Second)
-		if err != nil {
-			t.Fatalf("connection %d: first request: %v", i, err)
-		}
-		k := &keptConn{backend: r.Backend}
-		per[r.Backend]++
-		kept = append(kept, k)
-		wg.Go(func() { k.run(hc, stop) })
+	// keep opens kept-alive connections until each backend has need of
+	// them, marking them as opened in phase.
+	type phased struct {
+		*keptConn
+		phase string
 	}
-	if per["b1"] < 2 || per["b2"] < 2 || per["b3"] < 2 {
-		t.Fatalf("kept-alive connections per backend %v, want 2 or more on each", per)
+	var kept []phased
+	keep := func(phase string, need int) map[string]int {
+		t.Helper()
+		per := map[string]int{}
+		for i := 0; i < 100 && (per["b1"] < need || per["b2"] < need || per["b3"] < need); i++ {
+			hc, err := dialRetry(b, web)
+			if err != nil {
+				t.Fatalf("%s: connection %d: %v", phase, i, err)
+			}
+			r, err := hc.Get("/", 2*time.Second)
+			if err != nil {
+				t.Fatalf("%s: connection %d: first request: %v", phase, i, err)
+			}
+			k := &keptConn{backend: r.Backend}
+			per[r.Backend]++
+			kept = append(kept, phased{k, phase})
+			wg.Go(func() { k.run(hc, stop) })
+		}
+		if per["b1"] < need || per["b2"] < need || per["b3"] < need {
+			t.Fatalf("%s: kept-alive connections per backend %v, want %d or more on each", phase, per, need)
+		}
+		return per
 	}
+	// Under weights 1, 1, 4 at least half of b1's and b2's hashes go to b3:
+	// with 4 connections on each, some of them all but certainly would move
+	// were they not tracked.
+	perMaglev := keep("MAGLEV", 4)
 	fresh := &stream{}
 	wg.Go(func() { fresh.run(b, web, stop) })
 	time.Sleep(300 * time.Millisecond)
@@ -86,6 +99,10 @@ func TestX2_ReloadReweights(t *testing.T) {
 	waitWeights(t, b, "WEIGHTED_MAGLEV: weights 1, 1, 4 applied", true, reported, reported)
 	checkSpread(t, "WEIGHTED_MAGLEV after the first reload", newConns(t, b, web, shareFlows),
 		map[string]float64{"b1": 1.0 / 6, "b2": 1.0 / 6, "b3": 4.0 / 6})
+	// More kept-alive connections, selected with the weights: back under
+	// equal weights at least half of b3's hashes go to b1 and b2, and b3
+	// gets about 4 for each 1 of b1 and b2.
+	perWeighted := keep("WEIGHTED_MAGLEV", 2)
 
 	// Back to MAGLEV: equal shares again.
 	equalAt := reload("MAGLEV", 2)
@@ -102,12 +119,15 @@ func TestX2_ReloadReweights(t *testing.T) {
 	for _, k := range kept {
 		k.mu.Lock()
 		if !k.failAt.IsZero() {
-			t.Errorf("a kept-alive connection to %s failed %v after the first reload: %v", k.backend, k.failAt.Sub(weightedAt).Round(time.Millisecond), k.failErr)
+			t.Errorf("a kept-alive connection to %s opened under %s failed %v after the first reload: %v", k.backend, k.phase, k.failAt.Sub(weightedAt).Round(time.Millisecond), k.failErr)
 		}
 		if k.moved != "" {
-			t.Errorf("a kept-alive connection to %s was answered by %s", k.backend, k.moved)
+			t.Errorf("a kept-alive connection to %s opened under %s was answered by %s", k.backend, k.phase, k.moved)
 		}
 		var weighted, after int
+		if k.phase != "MAGLEV" {
+			weighted = -1 // opened while weighted: not asked before
+		}
 		for _, at := range k.ok {
 			switch {
 			case at.After(equalAt):
@@ -117,7 +137,7 @@ func TestX2_ReloadReweights(t *testing.T) {
 			}
 		}
 		if weighted == 0 || after == 0 {
-			t.Errorf("a kept-alive connection to %s answered %d times while weighted, %d after the reload back, want some each time", k.backend, weighted, after)
+			t.Errorf("a kept-alive connection to %s opened under %s answered %d times while weighted, %d after the reload back, want some each time", k.backend, k.phase, weighted, after)
 		}
 		k.mu.Unlock()
 	}
@@ -131,7 +151,7 @@ func TestX2_ReloadReweights(t *testing.T) {
 	if all["b1"] == 0 || all["b2"] == 0 || all["b3"] == 0 {
 		t.Errorf("the stream's new connections reached %v, want each of b1-b3", all)
 	}
-	t.Logf("stream of new connections %v; kept-alive per backend %v; lost and retried: %s", all, per, lossSummary(t, b))
+	t.Logf("stream of new connections %v; kept-alive per backend %v opened under MAGLEV, %v under WEIGHTED_MAGLEV; lost and retried: %s", all, perMaglev, perWeighted, lossSummary(t, b))
 }
 
 // stream is a steady stream of new connections, one every 30 ms, each a
