@@ -8,6 +8,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"xlb/bench/internal/nsx"
 	"xlb/bench/xdp/gen"
 	"xlb/bench/xdp/sink"
 	"xlb/bench/xdp/topo"
@@ -80,7 +81,7 @@ func setAffinity(pid, cpu int) error {
 
 // vethDrops reads a veth's rx and tx drop counters in namespace ns.
 func vethDrops(ns, dev string) (rx, tx uint64) {
-	_ = topo.InNS(ns, func() error {
+	_ = nsx.Do(ns, func() error {
 		l, err := netlink.LinkByName(dev)
 		if err == nil && l.Attrs().Statistics != nil {
 			rx, tx = l.Attrs().Statistics.RxDropped, l.Attrs().Statistics.TxDropped

@@ -27,6 +27,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"xlb/bench/internal/nsx"
 	"xlb/bench/report"
 	"xlb/bench/xdp/gen"
 	"xlb/bench/xdp/sink"
@@ -272,7 +273,7 @@ func (b *bench) openSink() error {
 	if b.prog, err = sink.Load(1); err != nil {
 		return err
 	}
-	return topo.InNS(b.topo.GenNS, func() error {
+	return nsx.Do(b.topo.GenNS, func() error {
 		l, err := netlink.LinkByName(b.topo.GenDev)
 		if err != nil {
 			return err

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"xlb/bench/internal/nsx"
 	"xlb/bench/xdp/sink"
 	"xlb/bench/xdp/topo"
 )
@@ -125,7 +126,7 @@ type healthResponder struct {
 
 func startHealthResponder(t *topo.Topo) (*healthResponder, error) {
 	h := &healthResponder{}
-	err := topo.InNS(t.GenNS, func() (err error) {
+	err := nsx.Do(t.GenNS, func() (err error) {
 		h.ln, err = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", healthPort))
 		return err
 	})
@@ -200,7 +201,7 @@ func startXLB(ctx context.Context, t *topo.Topo, bin, cfgPath string) (*xlbProc,
 	p.client = &http.Client{Timeout: time.Second, Transport: &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
-			err = topo.InNS(t.MidNS, func() error {
+			err = nsx.Do(t.MidNS, func() error {
 				c, err = (&net.Dialer{Timeout: time.Second}).DialContext(ctx, network, addr)
 				return err
 			})

@@ -14,7 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"xlb/bench/baseline/internal/nsx"
+	"xlb/bench/internal/nsx"
 )
 
 // Algo is how the rule picks a backend for a new flow.

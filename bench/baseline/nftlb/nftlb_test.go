@@ -20,7 +20,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"xlb/bench/baseline/internal/bltest"
-	"xlb/bench/baseline/internal/nsx"
+	"xlb/bench/internal/nsx"
 )
 
 func TestMain(m *testing.M) { os.Exit(bltest.MainCheckFDs(m)) }

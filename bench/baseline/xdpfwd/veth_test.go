@@ -13,7 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"xlb/bench/baseline/internal/bltest"
-	"xlb/bench/baseline/internal/nsx"
+	"xlb/bench/internal/nsx"
 	"xlb/dataplane/xdpprog"
 )
 

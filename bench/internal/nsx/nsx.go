@@ -1,4 +1,4 @@
-// Package nsx runs setup code of the baselines inside a named network
+// Package nsx runs setup code of lbbench (its topology and baselines) inside a named network
 // namespace, and looks interfaces up there.
 package nsx
 

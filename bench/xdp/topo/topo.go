@@ -38,6 +38,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"xlb/bench/internal/nsx"
 )
 
 // Fixed addresses of the topology (private, inside its namespaces only).
@@ -190,7 +192,7 @@ func (t *Topo) build(o Options) error {
 		}
 	}
 	for _, side := range []struct{ ns, dev string }{{t.GenNS, t.GenDev}, {t.MidNS, t.MidDev}} {
-		if err := InNS(side.ns, func() error { return prepareVeth(side.dev) }); err != nil {
+		if err := nsx.Do(side.ns, func() error { return prepareVeth(side.dev) }); err != nil {
 			return err
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"xlb/bench/internal/nsx"
 )
 
 func requireRoot(t *testing.T) {
@@ -77,7 +79,7 @@ func TestUpDown(t *testing.T) {
 		}
 	}
 	var ln net.Listener
-	if err := InNS(tp.GenNS, func() (err error) { ln, err = net.Listen("tcp4", "0.0.0.0:8080"); return }); err != nil {
+	if err := nsx.Do(tp.GenNS, func() (err error) { ln, err = net.Listen("tcp4", "0.0.0.0:8080"); return }); err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
@@ -91,7 +93,7 @@ func TestUpDown(t *testing.T) {
 		}
 	}()
 	for _, b := range tp.Backends {
-		err := InNS(tp.MidNS, func() error {
+		err := nsx.Do(tp.MidNS, func() error {
 			c, err := net.DialTimeout("tcp4", b.IP.String()+":8080", 2*time.Second)
 			if err == nil {
 				c.Close()
