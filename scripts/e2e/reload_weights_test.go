@@ -126,7 +126,9 @@ func TestX2_ReloadReweights(t *testing.T) {
 		}
 		var weighted, after int
 		if k.phase != "MAGLEV" {
-			weighted = -1 // opened while weighted: not asked before
+			// Opened while weighted: its first answer (in keep, not in
+			// k.ok) came while weighted.
+			weighted = 1
 		}
 		for _, at := range k.ok {
 			switch {
