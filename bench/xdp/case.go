@@ -16,11 +16,25 @@ import (
 
 // Case is one measured case (a row of the report's data).
 type Case struct {
-	Variant  string  `json:"forwarder"`
-	Size     int     `json:"frame_bytes"` // on the wire, FCS included
-	Load     string  `json:"load"`        // "full" or "half"
-	RatePPS  float64 `json:"rate_pps,omitempty"`
+	Variant string `json:"forwarder"`
+	Size    int    `json:"frame_bytes"` // on the wire, FCS included
+	// Load is "full" (as fast as the generator sends), "lossless" (the
+	// check of the search's result: the maximum lossless rate), "half"
+	// (the latency run at half of it), "floor" ((b) xdpfwd at the rate of
+	// FloorFor's latency run) or "floor-busy" (the same with the middle's
+	// core kept busy, see keepBusy).
+	Load     string  `json:"load"`
+	RatePPS  float64 `json:"rate_pps,omitempty"` // the generator's paced rate
 	Duration float64 `json:"duration_s"`
+	// Trials of the lossless-rate search (Load "lossless").
+	Trials []Trial `json:"search,omitempty"`
+	// GenLimited: no loss up to the generator's own rate (Load
+	// "lossless"): the forwarder's limit is higher than measured.
+	GenLimited bool   `json:"generator_limited,omitempty"`
+	FloorFor   string `json:"floor_for,omitempty"`
+	// SinkOnMiddle: the sink's receive path ran in softirq context on the
+	// middle hop's core (latency runs; see setSinkOnMiddle).
+	SinkOnMiddle bool `json:"sink_on_middle_core,omitempty"`
 
 	Sent       uint64   `json:"sent"`
 	Forwarded  uint64   `json:"forwarded"`
@@ -69,7 +83,35 @@ type Case struct {
 	LatP999 float64 `json:"latency_p999_us"`
 	LatMean float64 `json:"latency_mean_us"`
 	LatMax  float64 `json:"latency_max_us"`
+	// Added is the latency over (b)'s at the same rate (Load "half").
+	Added   *Added `json:"added_latency,omitempty"`
 	latency sink.Histogram
+}
+
+// Trial is one trial of a lossless-rate search.
+type Trial struct {
+	RatePPS float64 `json:"rate_pps"`
+	SentPPS float64 `json:"sent_pps"`
+	Loss    float64 `json:"loss"`
+	Pass    bool    `json:"pass"`
+}
+
+// Added is a latency run's percentiles minus those of the floor: (b)
+// xdpfwd, the least a forwarder can do on this path, at the same rate and
+// frame size (µs; negative within noise).
+type Added struct {
+	FloorRatePPS float64 `json:"floor_rate_pps"`
+	FloorP50     float64 `json:"floor_p50_us"`
+	FloorP99     float64 `json:"floor_p99_us"`
+	FloorP999    float64 `json:"floor_p999_us"`
+	P50          float64 `json:"p50_us"`
+	P99          float64 `json:"p99_us"`
+	P999         float64 `json:"p999_us"`
+	// BusyFloorP50 and BusyFloorP99 are (b)'s at the same rate with the
+	// middle's core kept busy by a lowest-priority spinner (0: not
+	// measured): the floor of a forwarder that keeps its core busy.
+	BusyFloorP50 float64 `json:"busy_floor_p50_us,omitempty"`
+	BusyFloorP99 float64 `json:"busy_floor_p99_us,omitempty"`
 }
 
 // setAffinity pins task pid to cpu.
@@ -109,8 +151,10 @@ func (b *bench) kernelCPU() time.Duration {
 	return d
 }
 
-// runCase sends variant v's frames of size at rate (0: full speed) for d.
-func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, rate float64, d time.Duration) (Case, error) {
+// runCase sends variant v's frames of size at rate (0: full speed) for d;
+// load names the case. Paced, the generator spins (gen.Config.Spin), and
+// the throughput search's runs go in trains (Config.Coalesce).
+func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, load string, rate float64, d time.Duration) (Case, error) {
 	fr := b.frames[[2]int{size, int(v.port)}]
 	if fr == nil {
 		return Case{}, fmt.Errorf("no frames for %d bytes to port %d", size, v.port)
@@ -127,8 +171,12 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 	}
 	kern0, drops0, cpu0 := b.kernelCPU(), b.drops(), readCPUTimes()
 	start := time.Now()
+	var coalesce time.Duration
+	if load == "trial" || load == "lossless" {
+		coalesce = b.cfg.Coalesce
+	}
 	res, err := gen.Run(ctx, gen.Config{Socket: b.sock, Frames: fr, Counter: ctr, Run: b.run,
-		Duration: d, Rate: rate, CPU: b.genCPU})
+		Duration: d, Rate: rate, CPU: b.genCPU, Spin: rate > 0, Coalesce: coalesce})
 	wall := time.Since(start)
 	if err != nil {
 		return Case{}, err
@@ -153,12 +201,9 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 		}
 	}
 
-	r := Case{Variant: v.name, Size: size, Load: "full", RatePPS: rate, Duration: d.Seconds(),
+	r := Case{Variant: v.name, Size: size, Load: load, RatePPS: rate, Duration: d.Seconds(), SinkOnMiddle: b.sinkOnMiddle,
 		Sent: res.Sent, Forwarded: ctr.Frames, PerBackend: ctr.PerBackend, Other: ctr.Other,
 		GenCPU: res.ThreadCPU.Seconds(), Middle: middle, XDPRedirected: middle[f.redirKey], SocketTook: middle[f.tookKey], CPUBusy: busyFrac(cpu0, cpu1), latency: ctr.Latency}
-	if rate > 0 {
-		r.Load = "half"
-	}
 	secs := d.Seconds()
 	r.SentPPS = float64(r.Sent) / secs
 	r.FwdPPS = float64(r.Forwarded) / secs

@@ -7,8 +7,9 @@ import (
 )
 
 // nftlbForwarder is baseline (c): nftables DNAT, numgen inc over the
-// backends, forwarded by the middle namespace's IP stack. It runs last:
-// its Close removes the backends' neighbour entries it replaced.
+// backends, forwarded by the middle namespace's IP stack. It runs after
+// xlb: its Close removes the backends' neighbour entries it replaced, which
+// xlb needs (xdpfwd, after it, takes the backends' MACs from its config).
 func (b *bench) nftlbForwarder() *forwarder {
 	f := &forwarder{name: "nftlb", variants: []variant{{name: "nftlb", desc: variantDesc["nftlb"], port: portXLB}}}
 	var lb *nftlb.LB

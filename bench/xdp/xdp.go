@@ -5,11 +5,15 @@
 //	P-gen: generator + sink ── veth ── P-mid: xlb | (a) reflector | (b) xdpfwd | (c) nftlb
 //	        (one AF_XDP socket)              one-armed: back out of the same veth
 //
-// Per forwarder and frame size it sends at full speed for a fixed time, then
-// at half of the rate that came back (the latency run). It reports sent and
-// forwarded Mpps, loss, the middle hop's CPU (busy cores, ns per packet,
-// packets per second per busy core), latency percentiles and CDFs from the
-// timestamps frames carry, and the ratios xlb/(a), xlb/(b), xlb/(c). See
+// Per forwarder and frame size it sends at full speed for a while (how the
+// middle hop behaves at overload: livelock), then searches the highest
+// paced rate it forwards without loss (RFC 2544 style: loss at most
+// Config.LossMax, short trials, bisection, the result checked with one
+// longer run), then measures latency at half of that rate. It reports
+// Mpps, loss, the middle hop's CPU (busy cores, ns per packet, packets per
+// second per busy core) at the lossless rate, latency percentiles and CDFs
+// from the timestamps frames carry, the latency each forwarder adds to
+// (b)'s at the same rate, and the ratios xlb/(a), xlb/(b), xlb/(c). See
 // Notes in the report for the method.
 package xdp
 
@@ -18,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"os"
 	"runtime"
@@ -38,9 +43,27 @@ import (
 // Config is one `lbbench xdp` run.
 type Config struct {
 	Quick bool
-	// Duration of each measured case (default 400 ms quick, 4 s full).
+	// Duration of each measured case: full load, the check of the
+	// lossless rate, the latency runs (default 300 ms quick, 2 s full).
 	Duration time.Duration
-	// Sizes are frame sizes on the wire, FCS included (default 64, 1500).
+	// Trial is the length of one trial of the lossless-rate search
+	// (default 200 ms quick, 1 s full); Trials the most trials of one
+	// search (default 4 quick, 8 full).
+	Trial  time.Duration
+	Trials int
+	// Coalesce sends the search's paced frames in trains, what is due
+	// once per Coalesce (gen.Config.Coalesce), as a NIC's interrupt
+	// coalescing delivers them; 0: each frame when due, evenly spaced.
+	// Latency runs always space frames evenly.
+	Coalesce time.Duration
+	// LossMax is the most a trial may lose and still count as lossless
+	// (default 0.001: 0.1 %).
+	LossMax float64
+	// Resolution ends a search once the lowest failing rate is within
+	// this fraction of the highest passing one (default 5 % quick, 2 %).
+	Resolution float64
+	// Sizes are frame sizes on the wire, FCS included (default 64 quick,
+	// 64 and 1500 full).
 	Sizes []int
 	// Variants to measure (default all: xlb, xlb-ct, reflector, xdpfwd,
 	// nftlb).
@@ -58,14 +81,47 @@ type Config struct {
 }
 
 func (c *Config) defaults() error {
-	if c.Duration <= 0 {
-		c.Duration = 4 * time.Second
+	pick := func(quick, full time.Duration) time.Duration {
 		if c.Quick {
-			c.Duration = 400 * time.Millisecond
+			return quick
+		}
+		return full
+	}
+	if c.Duration <= 0 {
+		c.Duration = pick(300*time.Millisecond, 2*time.Second)
+	}
+	if c.Trial <= 0 {
+		c.Trial = pick(200*time.Millisecond, time.Second)
+	}
+	if c.Trials <= 0 {
+		c.Trials = 8
+		if c.Quick {
+			c.Trials = 4
+		}
+	}
+	if e := os.Getenv("LBX_COAL"); e != "" {
+		c.Coalesce, _ = time.ParseDuration(e)
+	}
+	if c.Coalesce < 0 || c.Coalesce > time.Millisecond {
+		return fmt.Errorf("coalescing window %v: want 0..1ms", c.Coalesce)
+	}
+	if c.LossMax <= 0 {
+		c.LossMax = 0.001
+	}
+	if c.LossMax >= 0.5 {
+		return fmt.Errorf("loss threshold %g: want a fraction below 0.5", c.LossMax)
+	}
+	if c.Resolution <= 0 {
+		c.Resolution = 0.02
+		if c.Quick {
+			c.Resolution = 0.05
 		}
 	}
 	if len(c.Sizes) == 0 {
 		c.Sizes = []int{64, 1500}
+		if c.Quick {
+			c.Sizes = []int{64}
+		}
 	}
 	for _, s := range c.Sizes {
 		if s < sink.MinFrame+4 || s > 1518 {
@@ -107,6 +163,19 @@ type bench struct {
 	run            uint32
 	notes          []string
 	progress       *report.Progress
+	// halfRates are the latency runs' rates so far, for (b)'s floor
+	// runs at the same rates.
+	halfRates []halfRate
+	// sinkOnMiddle: the sink's NAPI runs in softirq context (see
+	// setSinkOnMiddle).
+	sinkOnMiddle bool
+}
+
+// halfRate is the rate of one latency run.
+type halfRate struct {
+	variant string
+	size    int
+	rate    float64
 }
 
 func (b *bench) vips() []netip.Addr { return []netip.Addr{topo.VIP} }
@@ -177,6 +246,8 @@ func (b *bench) measure(ctx context.Context) (_ []Case, err error) {
 		return nil, err
 	}
 
+	// (b) xdpfwd runs last: its floor runs are at the rates of the
+	// latency runs of every forwarder before it.
 	var fwds []*forwarder
 	if want["xlb"] || want["xlb-ct"] {
 		fwds = append(fwds, b.xlbForwarder(want))
@@ -184,15 +255,21 @@ func (b *bench) measure(ctx context.Context) (_ []Case, err error) {
 	if want["reflector"] {
 		fwds = append(fwds, b.reflectorForwarder())
 	}
-	if want["xdpfwd"] {
-		fwds = append(fwds, b.xdpfwdForwarder())
-	}
 	if want["nftlb"] {
 		fwds = append(fwds, b.nftlbForwarder())
 	}
-	total := 0
+	if want["xdpfwd"] {
+		fwds = append(fwds, b.xdpfwdForwarder())
+	}
+	total, others := 0, 0
 	for _, f := range fwds {
-		total += 2 * len(f.variants) * len(b.cfg.Sizes)
+		total += f.steps(&b.cfg)
+		if f.name != "xdpfwd" {
+			others += len(f.variants)
+		}
+	}
+	if want["xdpfwd"] {
+		total += (2*others + 1) * len(b.cfg.Sizes) // floor runs
 	}
 	if b.cfg.Progress != nil {
 		b.progress = report.NewProgress(b.cfg.Progress, "xdp", total)
@@ -210,12 +287,19 @@ func (b *bench) measure(ctx context.Context) (_ []Case, err error) {
 				return nil, err
 			}
 			b.note("%s: not measured: %v", f.name, err)
-			b.progress.Add(2 * len(f.variants) * len(b.cfg.Sizes))
+			b.progress.Add(f.steps(&b.cfg))
 			continue
 		}
 		results = append(results, rs...)
 	}
+	addFloors(results)
 	return results, nil
+}
+
+// steps is f's share of the progress bar: per variant and size a full
+// load run, the search's trials, the check of its result, a latency run.
+func (f *forwarder) steps(c *Config) int {
+	return len(f.variants) * len(c.Sizes) * (3 + c.Trials)
 }
 
 // pinNAPI puts the generator side's NAPI thread on the generator's core and
@@ -230,40 +314,69 @@ func (b *bench) pinNAPI() {
 		}
 		return
 	}
-	for _, p := range []struct {
-		dev string
-		cpu int
-	}{{b.topo.GenDev, b.genCPU}, {b.topo.MidDev, b.midCPU}} {
-		for _, pid := range topo.NAPIThreads(p.dev) {
-			if err := setAffinity(pid, p.cpu); err != nil {
-				b.note("could not pin %s's NAPI thread %d to CPU %d: %v", p.dev, pid, p.cpu, err)
-			}
-			_ = renice(pid, benchNice)
-			if p.dev == b.topo.MidDev {
-				// The middle's NAPI thread is the system measured: an
-				// ordinary thread, but with a short time slice so that
-				// it preempts a polling worker on its core when frames
-				// arrive, as a NIC's interrupt would, instead of waiting
-				// out the worker's slice while the 256-frame veth ring
-				// overflows. At overload the two still share the core
-				// fairly (no livelock).
-				if err := setSlice(pid, benchNice, napiSlice); err != nil {
-					b.note("could not give the middle's NAPI thread a %v time slice (%v; Linux >= 6.12): it may wait out a polling worker's slice", napiSlice, err)
-				}
-			}
-			if p.dev == b.topo.GenDev {
-				// The sink's side is the measuring instrument: its NAPI
-				// thread runs before the generator thread that shares
-				// its core, as an interrupt would, so that frames coming
-				// back are not lost to the sender's loop; the sender
-				// then slows down instead. (The middle's NAPI thread
-				// stays an ordinary thread: it is the system measured.)
-				if err := setFIFO(pid); err != nil {
-					b.note("could not make the sink's NAPI thread SCHED_FIFO (%v): frames coming back may be lost to the generator's own loop (drop out)", err)
-				}
-			}
+	b.pinSink()
+	for _, pid := range topo.NAPIThreads(b.topo.MidDev) {
+		if err := setAffinity(pid, b.midCPU); err != nil {
+			b.note("could not pin %s's NAPI thread %d to CPU %d: %v", b.topo.MidDev, pid, b.midCPU, err)
+		}
+		// The middle's NAPI thread is the system measured: an ordinary
+		// thread, but with a short time slice so that it preempts a
+		// polling worker on its core when frames arrive, as a NIC's
+		// interrupt would, instead of waiting out the worker's slice
+		// while the 256-frame veth ring overflows. At overload the two
+		// still share the core fairly (no livelock).
+		if err := setSlice(pid, benchNice, napiSlice); err != nil {
+			b.note("could not give the middle's NAPI thread a %v time slice (%v; Linux >= 6.12): it may wait out a polling worker's slice", napiSlice, err)
 		}
 	}
+}
+
+// pinSink pins the generator veth's NAPI thread (the sink's receive path)
+// to the generator's core and makes it SCHED_FIFO.
+func (b *bench) pinSink() {
+	if b.genCPU < 0 {
+		return
+	}
+	for _, pid := range topo.NAPIThreads(b.topo.GenDev) {
+		if err := setAffinity(pid, b.genCPU); err != nil {
+			b.note("could not pin %s's NAPI thread %d to CPU %d: %v", b.topo.GenDev, pid, b.genCPU, err)
+		}
+		_ = renice(pid, benchNice)
+		// The sink's side is the measuring instrument: its NAPI thread
+		// runs before the generator thread that shares its core, as an
+		// interrupt would, so that frames coming back are not lost to
+		// the sender's loop; the sender then slows down instead.
+		if err := setFIFO(pid); err != nil {
+			b.note("could not make the sink's NAPI thread SCHED_FIFO (%v): frames coming back may be lost to the generator's own loop (drop out)", err)
+		}
+	}
+}
+
+// setSinkOnMiddle moves the sink's receive path for the latency runs. Off
+// (throughput runs): the generator veth's NAPI is a thread on the
+// generator's core, so that the sink's work never takes the middle hop's
+// CPU. On (latency runs): it runs in softirq context where the middle hop
+// sends, on the middle's core, right after the frame is sent, and puts it
+// on the sink socket's ring, which the spinning generator reads at once.
+// That takes one cross-CPU wakeup of a sleeping thread, tens of µs on a
+// virtual machine, off the return path of every forwarder alike, at the
+// price of the sink's own work (tens of ns a frame) on the middle's core.
+func (b *bench) setSinkOnMiddle(on bool) error {
+	if b.sinkOnMiddle == on || b.genCPU < 0 {
+		return nil
+	}
+	if !b.topo.Threaded {
+		b.sinkOnMiddle = on // softirq all along, where the middle sends
+		return nil
+	}
+	if err := topo.SetThreaded(b.topo.GenNS, b.topo.GenDev, !on); err != nil {
+		return err
+	}
+	b.sinkOnMiddle = on
+	if !on {
+		b.pinSink()
+	}
+	return nil
 }
 
 // openSink attaches the sink program to the generator's veth and binds the
@@ -288,8 +401,10 @@ func (b *bench) openSink() error {
 	})
 }
 
-// measureForwarder starts f, runs its cases (per variant and size: full
-// speed, then half of the rate forwarded) and stops it.
+// measureForwarder starts f, runs its cases and stops it: per variant and
+// size full speed and the lossless-rate search, then (sink on the middle)
+// latency at half the lossless rate, and for (b) also at the rates of the
+// forwarders before it (the floor).
 func (b *bench) measureForwarder(ctx context.Context, f *forwarder) (_ []Case, err error) {
 	if err := f.start(ctx); err != nil {
 		return nil, err
@@ -298,26 +413,53 @@ func (b *bench) measureForwarder(ctx context.Context, f *forwarder) (_ []Case, e
 		if e := f.stop(); e != nil {
 			err = errors.Join(err, e)
 		}
+		if e := b.setSinkOnMiddle(false); e != nil {
+			err = errors.Join(err, e)
+		}
 	}()
-	// A short run to warm caches, tables and the rings before measuring.
-	if _, err := b.runCase(ctx, f, f.variants[0], b.cfg.Sizes[0], 0, min(b.cfg.Duration/2, 200*time.Millisecond)); err != nil {
-		return nil, err
+	// A short run per variant to warm caches, the rings and the tables
+	// before measuring: a tracked variant's flows are then established,
+	// as in a steady state (new flows are lbbench core's business).
+	for _, v := range f.variants {
+		if _, err := b.runCase(ctx, f, v, b.cfg.Sizes[0], "warm", 0, min(b.cfg.Duration/2, 200*time.Millisecond)); err != nil {
+			return nil, err
+		}
 	}
 	var out []Case
-	for _, v := range f.variants {
+	rates := map[[2]int]float64{} // by variant index and size
+	for vi, v := range f.variants {
 		for _, size := range b.cfg.Sizes {
-			full, err := b.runCase(ctx, f, v, size, 0, b.cfg.Duration)
+			full, err := b.runCase(ctx, f, v, size, "full", 0, b.cfg.Duration)
 			if err != nil {
 				return nil, err
 			}
 			b.progress.Add(1)
 			out = append(out, full)
-			rate := full.FwdPPS / 2
+			ll, err := b.search(ctx, f, v, size, full)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ll)
+			rate := ll.RatePPS / 2
+			if ll.Loss > b.cfg.LossMax || rate <= 0 {
+				// No lossless rate found: half of what came back at
+				// full load, as before.
+				rate = full.FwdPPS / 2
+			}
+			rates[[2]int{vi, size}] = rate
+		}
+	}
+	if err := b.setSinkOnMiddle(true); err != nil {
+		return nil, err
+	}
+	for vi, v := range f.variants {
+		for _, size := range b.cfg.Sizes {
+			rate := rates[[2]int{vi, size}]
 			if rate <= 0 {
 				b.progress.Add(1)
 				continue
 			}
-			half, err := b.runCase(ctx, f, v, size, rate, b.cfg.Duration)
+			half, err := b.runCase(ctx, f, v, size, "half", rate, b.cfg.Duration)
 			if err != nil {
 				return nil, err
 			}
@@ -325,5 +467,196 @@ func (b *bench) measureForwarder(ctx context.Context, f *forwarder) (_ []Case, e
 			out = append(out, half)
 		}
 	}
+	if f.name == "xdpfwd" {
+		// The floor at every other forwarder's latency rate, and the
+		// busy floor at every rate, its own included.
+		own := slices.Clone(b.halfRates)
+		for vi, v := range f.variants {
+			for _, size := range b.cfg.Sizes {
+				if r := rates[[2]int{vi, size}]; r > 0 {
+					own = append(own, halfRate{v.name, size, r})
+				}
+			}
+		}
+		for _, hr := range own {
+			for _, load := range []string{"floor", "floor-busy"} {
+				if load == "floor" && hr.variant == "xdpfwd" {
+					continue // its own latency run
+				}
+				c, err := b.floorCase(ctx, f, hr, load)
+				if err != nil {
+					return nil, err
+				}
+				b.progress.Add(1)
+				if c.Load != "" {
+					out = append(out, c)
+				}
+			}
+		}
+	} else {
+		for vi, v := range f.variants {
+			for _, size := range b.cfg.Sizes {
+				if r := rates[[2]int{vi, size}]; r > 0 {
+					b.halfRates = append(b.halfRates, halfRate{v.name, size, r})
+				}
+			}
+		}
+	}
 	return out, nil
+}
+
+// floorCase runs (b) xdpfwd at hr's rate and size: load "floor" as it is,
+// "floor-busy" with the middle's core kept busy (keepBusy). A busy floor
+// that cannot start is a note and an empty Case.
+func (b *bench) floorCase(ctx context.Context, f *forwarder, hr halfRate, load string) (Case, error) {
+	if load == "floor-busy" {
+		if b.midCPU < 0 {
+			return Case{}, nil
+		}
+		stop, err := keepBusy(b.midCPU)
+		if err != nil {
+			b.note("busy floor not measured: %v", err)
+			return Case{}, nil
+		}
+		defer stop()
+	}
+	c, err := b.runCase(ctx, f, f.variants[0], hr.size, load, hr.rate, b.cfg.Duration)
+	c.FloorFor = hr.variant
+	return c, err
+}
+
+// search finds the highest paced rate at which f forwards v's frames of
+// size with at most LossMax lost: the first trial at the rate forwarded at
+// full load; up by half while trials pass; after the first failure a
+// secant step to just below what came back, then bisection between the
+// highest pass and the lowest failure until they are within Resolution or
+// Trials are spent. The highest pass is then run once more for Duration
+// (lowered by 5 %, then 10 %, while that run loses more), and
+// that run is the result (Load "lossless", with the trials). A forwarder
+// that loses nothing at full speed keeps up with the generator: the full
+// load run is the result, marked GenLimited.
+func (b *bench) search(ctx context.Context, f *forwarder, v variant, size int, full Case) (Case, error) {
+	return searchRate(&b.cfg, full, func(load string, rate float64, d time.Duration) (Case, error) {
+		return b.runCase(ctx, f, v, size, load, rate, d)
+	}, b.progress)
+}
+
+// runFunc runs one paced case (load "trial" or "lossless") at rate for d.
+type runFunc func(load string, rate float64, d time.Duration) (Case, error)
+
+// searchRate is search's algorithm over run; full is the full-load case.
+func searchRate(cfg *Config, full Case, run runFunc, progress *report.Progress) (Case, error) {
+	if full.Loss <= cfg.LossMax && full.Sent > 0 {
+		c := full
+		c.Load, c.RatePPS, c.GenLimited = "lossless", full.SentPPS, true
+		progress.Add(cfg.Trials + 1)
+		return c, nil
+	}
+	top := full.SentPPS // the generator's own limit
+	if top <= 0 {
+		c := full
+		c.Load = "lossless"
+		progress.Add(cfg.Trials + 1)
+		return c, nil
+	}
+	r := min(full.FwdPPS, top)
+	if r <= 0 {
+		r = top / 10
+	}
+	lo, hi := 0.0, math.Inf(1)
+	var trials []Trial
+	for len(trials) < cfg.Trials && r > 0 {
+		c, err := run("trial", r, cfg.Trial)
+		if err != nil {
+			return Case{}, err
+		}
+		progress.Add(1)
+		t := Trial{RatePPS: r, SentPPS: c.SentPPS, Loss: c.Loss, Pass: c.Loss <= cfg.LossMax && c.Sent > 0}
+		trials = append(trials, t)
+		if t.Pass {
+			lo = r
+		} else {
+			hi = r
+		}
+		switch {
+		case lo > 0 && hi/lo-1 <= cfg.Resolution:
+			r = 0
+		case math.IsInf(hi, 1):
+			if r >= top {
+				r = 0 // lossless as fast as the generator sends paced
+				break
+			}
+			r = min(r*1.5, top)
+		case lo == 0:
+			// Secant: just below what came back, but never below a
+			// quarter of the rate (livelock forwards less than the
+			// capacity).
+			r = max(min(c.FwdPPS, r)*(1-cfg.Resolution), r/4)
+		default:
+			r = (lo + hi) / 2
+		}
+	}
+	progress.Add(cfg.Trials - len(trials))
+	if lo == 0 {
+		// Nothing passed: the result is the slowest trial, lossy.
+		lo = trials[len(trials)-1].RatePPS
+	}
+	passed := anyPass(trials)
+	var c Case
+	for try := 0; ; try++ {
+		var err error
+		if c, err = run("lossless", lo, cfg.Duration); err != nil {
+			return Case{}, err
+		}
+		if c.Loss <= cfg.LossMax || !passed || try == 2 {
+			break
+		}
+		lo *= 1 - 0.05*float64(try+1)
+	}
+	progress.Add(1)
+	c.Trials = trials
+	// Never failed, up to what the generator sends.
+	c.GenLimited = passed && math.IsInf(hi, 1) && lo >= top
+	return c, nil
+}
+
+func anyPass(ts []Trial) bool {
+	for _, t := range ts {
+		if t.Pass {
+			return true
+		}
+	}
+	return false
+}
+
+// addFloors gives every latency run whose floor was measured its latency
+// minus the floor's: (b) xdpfwd at the same rate and size, as it is and
+// with the middle's core kept busy.
+func addFloors(rs []Case) {
+	floor := func(load, v string, size int) *Case {
+		for j := range rs {
+			if rs[j].Load == load && rs[j].FloorFor == v && rs[j].Size == size && rs[j].latency.N > 0 {
+				return &rs[j]
+			}
+		}
+		return nil
+	}
+	for i := range rs {
+		c := &rs[i]
+		if c.Load != "half" || c.latency.N == 0 {
+			continue
+		}
+		fl := floor("floor", c.Variant, c.Size)
+		if c.Variant == "xdpfwd" {
+			fl = c
+		}
+		if fl == nil {
+			continue
+		}
+		c.Added = &Added{FloorRatePPS: fl.RatePPS, FloorP50: fl.LatP50, FloorP99: fl.LatP99, FloorP999: fl.LatP999,
+			P50: c.LatP50 - fl.LatP50, P99: c.LatP99 - fl.LatP99, P999: c.LatP999 - fl.LatP999}
+		if bf := floor("floor-busy", c.Variant, c.Size); bf != nil {
+			c.Added.BusyFloorP50, c.Added.BusyFloorP99 = bf.LatP50, bf.LatP99
+		}
+	}
 }

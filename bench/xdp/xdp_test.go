@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"xlb/bench/report"
 	"xlb/bench/xdp/sink"
 	"xlb/bench/xdp/topo"
 	"xlb/config"
@@ -51,18 +52,118 @@ func TestConfigDefaults(t *testing.T) {
 	if err := c.defaults(); err != nil {
 		t.Fatal(err)
 	}
-	if c.Duration != 400*time.Millisecond || !reflect.DeepEqual(c.Sizes, []int{64, 1500}) || len(c.Variants) != 5 ||
+	if c.Duration != 300*time.Millisecond || c.Trial != 200*time.Millisecond || c.Trials != 4 || c.LossMax != 0.001 ||
+		c.Resolution != 0.05 || c.Coalesce != 0 || !reflect.DeepEqual(c.Sizes, []int{64}) || len(c.Variants) != 5 ||
 		c.Backends != 4 || c.Sources*c.Ports != 65536 || c.Prefix != "lbx" {
-		t.Fatalf("defaults %+v", c)
+		t.Fatalf("quick defaults %+v", c)
+	}
+	f := Config{}
+	if err := f.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	if f.Duration != 2*time.Second || f.Trial != time.Second || f.Trials != 8 || f.Resolution != 0.02 ||
+		!reflect.DeepEqual(f.Sizes, []int{64, 1500}) {
+		t.Fatalf("full defaults %+v", f)
 	}
 	for name, bad := range map[string]Config{
 		"tiny frame":  {Sizes: []int{sink.MinFrame + 3}},
 		"jumbo frame": {Sizes: []int{1519}},
 		"forwarder":   {Variants: []string{"haproxy"}},
+		"loss":        {LossMax: 0.6},
+		"coalesce":    {Coalesce: 2 * time.Millisecond},
 	} {
 		if err := bad.defaults(); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// model is a forwarder for searchRate: no loss up to capacity pps; above
+// it, it forwards livelock x capacity (receive livelock). lossyChecks
+// first "lossless" runs lose 1 % whatever the rate (a disturbed check).
+type model struct {
+	capacity, livelock float64
+	lossyChecks        int
+	runs               []string
+}
+
+func (m *model) run(load string, rate float64, d time.Duration) (Case, error) {
+	m.runs = append(m.runs, load)
+	c := Case{Load: load, RatePPS: rate, SentPPS: rate, FwdPPS: rate, Sent: uint64(rate * d.Seconds())}
+	if rate > m.capacity {
+		c.FwdPPS = m.livelock * m.capacity
+	}
+	if load == "lossless" && m.lossyChecks > 0 {
+		m.lossyChecks--
+		c.FwdPPS = 0.99 * rate
+	}
+	c.Forwarded = uint64(c.FwdPPS * d.Seconds())
+	c.Loss = 1 - c.FwdPPS/c.SentPPS
+	return c, nil
+}
+
+// TestSearchRate: the lossless-rate search finds a model forwarder's
+// capacity within its resolution and trials, from a full-load run that
+// forwarded less than the capacity (livelock); says when the generator was
+// the limit; lowers the result when the longer check loses; and reports a
+// forwarder that always loses as lossy.
+func TestSearchRate(t *testing.T) {
+	cfg := Config{Quick: false}
+	if err := cfg.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	full := func(m *model, gen float64) Case {
+		c, _ := m.run("full", gen, time.Second)
+		c.Load = "full"
+		m.runs = nil
+		return c
+	}
+
+	m := &model{capacity: 300e3, livelock: 0.6}
+	c, err := searchRate(&cfg, full(m, 800e3), m.run, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Load != "lossless" || c.RatePPS > m.capacity || c.RatePPS < m.capacity/(1+cfg.Resolution) || c.Loss != 0 || c.GenLimited {
+		t.Errorf("capacity 300k: found %+v", c)
+	}
+	if n := len(c.Trials); n == 0 || n > cfg.Trials || len(m.runs) != n+1 || m.runs[n] != "lossless" {
+		t.Errorf("capacity 300k: %d trials, runs %v", n, m.runs)
+	}
+	if !c.Trials[0].Pass || c.Trials[0].RatePPS != 0.6*m.capacity {
+		t.Errorf("first trial %+v, want a pass at the full-load forwarded rate", c.Trials[0])
+	}
+
+	// Nothing lost at full speed: the generator is the limit; no trials.
+	m = &model{capacity: 2e6, livelock: 1}
+	if c, _ = searchRate(&cfg, full(m, 700e3), m.run, nil); !c.GenLimited || c.RatePPS != 700e3 || len(m.runs) != 0 {
+		t.Errorf("generator-limited: %+v, runs %v", c, m.runs)
+	}
+
+	// Loss at full speed (say, a disturbance), none paced up to the
+	// generator's rate: the generator is the limit.
+	m = &model{capacity: 2e6, livelock: 1}
+	f := full(m, 700e3)
+	f.FwdPPS, f.Loss = 690e3, 0.014
+	if c, _ = searchRate(&cfg, f, m.run, nil); !c.GenLimited || c.RatePPS != 700e3 || c.Loss != 0 {
+		t.Errorf("no loss paced up to the generator: %+v", c)
+	}
+
+	// A check that loses is run again 5 % lower.
+	m = &model{capacity: 300e3, livelock: 0.6, lossyChecks: 1}
+	if c, _ = searchRate(&cfg, full(m, 800e3), m.run, nil); c.Loss != 0 || c.RatePPS > 0.95*m.capacity || c.RatePPS < 0.95*m.capacity/(1+cfg.Resolution) {
+		t.Errorf("lossy first check: %+v, runs %v", c, m.runs)
+	}
+
+	// Always 1 % lost: every trial fails, the result says it lost.
+	m = &model{capacity: 0, livelock: 0}
+	lossy := func(load string, rate float64, d time.Duration) (Case, error) {
+		m.runs = append(m.runs, load)
+		return Case{Load: load, RatePPS: rate, SentPPS: rate, FwdPPS: 0.99 * rate, Sent: 1000, Forwarded: 990, Loss: 0.01}, nil
+	}
+	c, _ = searchRate(&cfg, Case{Load: "full", Sent: 1000, SentPPS: 500e3, FwdPPS: 495e3, Loss: 0.01}, lossy, nil)
+	if c.Loss <= cfg.LossMax || len(c.Trials) != cfg.Trials || c.GenLimited || len(m.runs) != cfg.Trials+1 {
+		t.Errorf("always lossy: %+v, runs %v", c, m.runs)
 	}
 }
 
@@ -88,11 +189,14 @@ func TestCPUReadings(t *testing.T) {
 	}
 }
 
-// synthetic cases: xlb at 2 Mpps per core, the reflector at 2, nftlb at
-// 0.5, with latencies.
+// synthetic cases: lossless xlb at 0.85 Mpps and 1 Mpps per core, the
+// reflector at 1 Mpps, nftlb at 0.5 Mpps and 0.4 per core, xdpfwd limited
+// by the generator; latency runs (xlb from 30 µs, the floor from 12 µs,
+// the busy floor from 20 µs); a floor for xlb and the reflector, none for
+// nftlb.
 func synthetic() []Case {
-	mk := func(v string, size int, load string, perCore float64, lat uint64) Case {
-		c := Case{Variant: v, Size: size, Load: load, Sent: 1000, Forwarded: 990, Out: 990, OutPPS: 1e6, FwdPPS: 1e6,
+	mk := func(v string, size int, load string, pps, perCore float64, lat uint64) Case {
+		c := Case{Variant: v, Size: size, Load: load, Sent: 1000, Forwarded: 990, Out: 990, SentPPS: pps, OutPPS: pps, FwdPPS: pps,
 			PPSPerCore: perCore, PerBackend: []uint64{495, 495}}
 		for i := range 100 {
 			c.latency.Add(lat + uint64(i)*100)
@@ -102,27 +206,53 @@ func synthetic() []Case {
 	}
 	var cs []Case
 	for _, size := range []int{64, 1500} {
+		fl := func(load, v string, lat uint64) Case {
+			c := mk("xdpfwd", size, load, 0.4e6, 1e6, lat)
+			c.FloorFor = v
+			return c
+		}
+		xf := mk("xdpfwd", size, "lossless", 1.5e6, 2e6, 0)
+		xf.GenLimited = true
 		cs = append(cs,
-			mk("xlb", size, "full", 2e6, 5000), mk("xlb", size, "half", 1e6, 3000),
-			mk("reflector", size, "full", 2e6, 4000), mk("reflector", size, "half", 1e6, 2000),
-			mk("nftlb", size, "full", 0.5e6, 9000), mk("nftlb", size, "half", 0.2e6, 8000))
+			mk("xlb", size, "full", 0.3e6, 0.3e6, 50000), mk("xlb", size, "lossless", 0.85e6, 1e6, 0),
+			mk("reflector", size, "lossless", 1e6, 1.1e6, 0), mk("nftlb", size, "lossless", 0.5e6, 0.4e6, 0), xf,
+			mk("xlb", size, "half", 0.4e6, 0, 30000), mk("reflector", size, "half", 0.5e6, 0, 25000),
+			mk("nftlb", size, "half", 0.25e6, 0, 15000), mk("xdpfwd", size, "half", 0.75e6, 0, 11000),
+			fl("floor", "xlb", 12000), fl("floor-busy", "xlb", 20000), fl("floor", "reflector", 12000))
 	}
 	return cs
 }
 
-// TestReportFromCases: targets compare the right cases, the ratios table
-// has a row per (size, xlb variant, baseline measured), charts have a line
-// per forwarder, and the JSON encodes (no NaN).
+// TestReportFromCases: added latencies come from the floor at the same rate
+// (the xdpfwd's own run for itself, none where no floor ran); targets
+// compare the right cases; the ratios table has a row per (size, xlb
+// variant, baseline measured); charts have a line per forwarder; the JSON
+// encodes (no NaN).
 func TestReportFromCases(t *testing.T) {
-	b := &bench{cfg: Config{Quick: true}, genCPU: 0, midCPU: 1}
+	b := &bench{cfg: Config{}, genCPU: 0, midCPU: 1}
 	if err := b.cfg.defaults(); err != nil {
 		t.Fatal(err)
 	}
 	b.note("nftlb: skipped for the test")
-	r := b.report(synthetic())
-	got := map[string]float64{}
+	cs := synthetic()
+	addFloors(cs)
+	xlbHalf, xfHalf, nftHalf := find(cs, "xlb", 64, "half"), find(cs, "xdpfwd", 64, "half"), find(cs, "nftlb", 64, "half")
+	floor, busy := cs[9], cs[10]
+	if a := xlbHalf.Added; a == nil || a.P50 != xlbHalf.LatP50-floor.LatP50 || a.P99 != xlbHalf.LatP99-floor.LatP99 ||
+		a.FloorP50 != floor.LatP50 || a.BusyFloorP50 != busy.LatP50 || a.P50 < 17 || a.P50 > 19 {
+		t.Errorf("xlb added %+v (latency p50 %v, floor %v, busy floor %v)", xlbHalf.Added, xlbHalf.LatP50, floor.LatP50, busy.LatP50)
+	}
+	if a := xfHalf.Added; a == nil || a.P50 != 0 || a.P99 != 0 || a.FloorP50 != xfHalf.LatP50 {
+		t.Errorf("xdpfwd added %+v, want 0 over itself", a)
+	}
+	if nftHalf.Added != nil {
+		t.Errorf("nftlb added %+v without a floor run", nftHalf.Added)
+	}
+
+	r := b.report(cs)
+	got := map[string]report.Target{}
 	for _, tg := range r.Targets {
-		got[tg.Name] = tg.Measured
+		got[tg.Name] = tg
 		if math.IsNaN(tg.Measured) {
 			t.Errorf("%s: NaN", tg.Name)
 		}
@@ -131,35 +261,52 @@ func TestReportFromCases(t *testing.T) {
 		v   float64
 		met bool
 	}{
-		"xlb / (a) AF_XDP reflector, pps per busy core, 64 B": {1, true},
-		"xlb / (c) nftables DNAT, pps per busy core, 64 B":    {4, true},
-		"xlb latency p50 at half saturation, 64 B":            {8, true},
-		"xlb latency p99 at half saturation, 1500 B":          {12.9, true},
+		"xlb / (a) AF_XDP reflector, lossless pps, 64 B":                        {0.85, false},
+		"xlb / (c) nftables DNAT, pps per busy core at the lossless rate, 64 B": {2.5, true},
+		"xlb added latency p50 at half the lossless rate, 64 B":                 {xlbHalf.Added.P50, false},
+		"xlb added latency p99 at half the lossless rate, 1500 B":               {xlbHalf.Added.P99, true},
 	}
 	for name, want := range checks {
-		v, ok := got[name]
-		if !ok || math.Abs(v-want.v) > 0.05*want.v {
-			t.Errorf("target %q = %v (present %v), want about %v", name, v, ok, want.v)
+		tg, ok := got[name]
+		if !ok || math.Abs(tg.Measured-want.v) > 0.01*want.v || tg.Met != want.met {
+			t.Errorf("target %q = %+v (present %v), want about %v, met %v", name, tg, ok, want.v, want.met)
 		}
+	}
+	if len(r.Targets) != 6 {
+		t.Errorf("%d targets, want 6 (2 throughput, 2 latency per size)", len(r.Targets))
 	}
 	for _, tg := range r.Targets {
 		if strings.HasPrefix(tg.Name, "xlb-ct") {
 			t.Errorf("target %q without xlb-ct cases", tg.Name)
 		}
 	}
-	var ratios *[][]string
+	tables := map[string]*[][]string{}
 	for i := range r.Tables {
-		if strings.HasPrefix(r.Tables[i].Title, "xlb against") {
-			ratios = &r.Tables[i].Rows
-		}
+		tables[strings.Fields(r.Tables[i].Title)[0]] = &r.Tables[i].Rows
 	}
-	if ratios == nil || len(*ratios) != 4 {
+	ratios := tables["xlb"]
+	if ratios == nil || len(*ratios) != 6 {
 		t.Fatalf("ratio rows: %v", ratios)
 	}
-	if row := (*ratios)[1]; row[2] != "(c) nftlb" || row[4] != "4.00x" {
+	if row := (*ratios)[1]; row[2] != "(b) xdpfwd (>=)" || row[3] != "0.57x" {
 		t.Errorf("ratio row %v", row)
 	}
-	if len(r.Charts) != 2 || len(r.Charts[0].Series) != 3 || len(r.Charts[0].Series[0].Y) != 199 {
+	if row := (*ratios)[2]; row[2] != "(c) nftlb" || row[4] != "2.50x" {
+		t.Errorf("ratio row %v", row)
+	}
+	if ll := tables["Maximum"]; ll == nil || len(*ll) != 8 || (*ll)[3][2] != ">=1.500" {
+		t.Errorf("lossless rows %v", ll)
+	}
+	lat := tables["Latency"]
+	if lat == nil || len(*lat) != 8 {
+		t.Fatalf("latency rows %v", lat)
+	}
+	for _, row := range *lat {
+		if row[1] == "nftlb" && row[9] != "-" {
+			t.Errorf("nftlb shows an added latency without a floor: %v", row)
+		}
+	}
+	if len(r.Charts) != 2 || len(r.Charts[0].Series) != 4 || len(r.Charts[0].Series[0].Y) != 199 {
 		t.Fatalf("charts %+v", r.Charts)
 	}
 	if y := r.Charts[0].Series[0].Y; y[0] > y[len(y)-1] {

@@ -21,8 +21,12 @@ func runXDP(args []string, c *common, stderr io.Writer) (report.Report, error) {
 	c.register(fs)
 	var cfg xdp.Config
 	var sizes, fwds string
-	fs.DurationVar(&cfg.Duration, "duration", 0, "time per measured case (default 400ms with --quick, else 4s)")
-	fs.StringVar(&sizes, "sizes", "64,1500", "frame sizes on the wire (FCS included), comma-separated")
+	fs.DurationVar(&cfg.Duration, "duration", 0, "time of each measured case: full load, the check of the lossless rate, latency (default 300ms with --quick, else 2s)")
+	fs.DurationVar(&cfg.Trial, "trial", 0, "time of each trial of the lossless-rate search (default 200ms with --quick, else 1s)")
+	fs.IntVar(&cfg.Trials, "trials", 0, "most trials per lossless-rate search (default 4 with --quick, else 8)")
+	fs.Float64Var(&cfg.LossMax, "loss", 0.001, "loss a lossless trial may have (fraction)")
+	fs.DurationVar(&cfg.Coalesce, "coalesce", 0, "send the search's paced frames in trains, what is due once per this window, as a NIC's interrupt coalescing delivers them (0: evenly spaced)")
+	fs.StringVar(&sizes, "sizes", "", "frame sizes on the wire (FCS included), comma-separated (default 64 with --quick, else 64,1500)")
 	fs.StringVar(&fwds, "forwarders", "xlb,xlb-ct,reflector,xdpfwd,nftlb", "what to measure, comma-separated")
 	fs.IntVar(&cfg.Backends, "backends", 4, "backends behind the VIP")
 	fs.IntVar(&cfg.Sources, "sources", 256, "distinct source addresses")
@@ -35,9 +39,11 @@ func runXDP(args []string, c *common, stderr io.Writer) (report.Report, error) {
 Builds a namespace topology (generator <-veth-> middle hop), runs xlb on
 the middle hop and, in the same run, an AF_XDP reflector (a), an in-kernel
 XDP forwarder (b) and nftables DNAT (c); sends UDP frames with many
-5-tuples from an AF_XDP generator at full speed and at half the rate that
-came back; reports Mpps, loss, CPU per packet of the middle hop, latency
-percentiles and the xlb/(a), xlb/(b), xlb/(c) ratios.
+5-tuples from an AF_XDP generator at full speed, then searches the highest
+paced rate each forwards without loss (RFC 2544 style) and measures latency
+at half of it; reports Mpps, loss, CPU per packet of the middle hop at the
+lossless rate, latency percentiles absolute and added over (b), and the
+xlb/(a), xlb/(b), xlb/(c) ratios.
 
 flags:
 `)
@@ -50,6 +56,9 @@ flags:
 		return report.Report{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	for _, s := range strings.Split(sizes, ",") {
+		if sizes == "" {
+			break
+		}
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil {
 			return report.Report{}, fmt.Errorf("--sizes: %q is not a number", s)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"slices"
@@ -100,7 +101,7 @@ func TestXDPQuickJSON(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatalf("output is not the report's JSON: %v\n%s", err, out.String())
 	}
-	if r.Command != "xdp" || len(r.Tables) < 3 || len(r.Notes) == 0 {
+	if r.Command != "xdp" || len(r.Tables) < 5 || len(r.Notes) == 0 {
 		t.Fatalf("command %q, %d tables, %d notes", r.Command, len(r.Tables), len(r.Notes))
 	}
 
@@ -110,17 +111,58 @@ func TestXDPQuickJSON(t *testing.T) {
 		want = want[:4]
 		t.Logf("nft missing: baseline (c) is not expected")
 	}
+	// --quick: 64 B only; per forwarder a full-load run, the lossless
+	// rate, a latency run; xdpfwd also a floor and a busy floor at every
+	// other forwarder's latency rate, and a busy floor at its own.
 	got := map[string]int{}
 	for _, c := range r.Data.Cases {
-		got[c.Variant]++
+		if c.Size != 64 {
+			t.Errorf("%s %s: %d B with --quick", c.Variant, c.Load, c.Size)
+		}
+		got[c.Variant+" "+c.Load+" "+c.FloorFor]++
 	}
 	for _, v := range want {
-		// Two sizes, full and half each.
-		if got[v] != 4 {
-			t.Errorf("%s: %d cases, want 4 (notes: %s)", v, got[v], strings.Join(r.Notes, " | "))
+		for _, load := range []string{"full", "lossless", "half"} {
+			if got[v+" "+load+" "] != 1 {
+				t.Errorf("%s: %d %s cases, want 1 (notes: %s)", v, got[v+" "+load+" "], load, strings.Join(r.Notes, " | "))
+			}
+		}
+		if v == "xdpfwd" || !slices.Contains(want, "xdpfwd") {
+			continue
+		}
+		if got["xdpfwd floor "+v] != 1 || got["xdpfwd floor-busy "+v] != 1 {
+			t.Errorf("%s: %d floor and %d busy floor runs, want 1 each", v, got["xdpfwd floor "+v], got["xdpfwd floor-busy "+v])
 		}
 	}
-
+	for _, c := range r.Data.Cases {
+		switch c.Load {
+		case "lossless":
+			// The search ran (or the generator was the limit) and its
+			// result is a paced rate, with the CPU at that rate.
+			if !c.GenLimited && (len(c.Trials) == 0 || c.RatePPS <= 0) {
+				t.Errorf("%s lossless: rate %v after %d trials", c.Variant, c.RatePPS, len(c.Trials))
+			}
+			if !(c.NsPerPkt > 0 && c.BusyCores > 0) {
+				t.Errorf("%s lossless: no CPU figures (%v ns/pkt, %v busy cores)", c.Variant, c.NsPerPkt, c.BusyCores)
+			}
+		case "half":
+			// At half the lossless rate, with the sink on the middle.
+			ll := find(r.Data.Cases, c.Variant, "lossless")
+			if ll != nil && ll.Loss <= r.Data.LossMax && math.Abs(c.RatePPS-ll.RatePPS/2) > 1 {
+				t.Errorf("%s half at %v pps, lossless %v", c.Variant, c.RatePPS, ll.RatePPS)
+			}
+			if !c.SinkOnMiddle {
+				t.Errorf("%s half: the sink was not on the middle's core", c.Variant)
+			}
+			if slices.Contains(want, "xdpfwd") && c.Added == nil {
+				t.Errorf("%s half: no added latency", c.Variant)
+			}
+		case "floor", "floor-busy":
+			if h := find(r.Data.Cases, c.FloorFor, "half"); h == nil || h.RatePPS != c.RatePPS {
+				t.Errorf("%s for %s at %v pps, not at its latency run's rate", c.Load, c.FloorFor, c.RatePPS)
+			}
+		}
+	}
 	for _, c := range r.Data.Cases {
 		if c.Sent == 0 || c.Forwarded == 0 {
 			t.Errorf("%s %d B %s: sent %d, forwarded %d", c.Variant, c.Size, c.Load, c.Sent, c.Forwarded)
@@ -147,8 +189,8 @@ func TestXDPQuickJSON(t *testing.T) {
 		}
 	}
 	checkLoss(t, prefix, r.Data.Cases)
-	if len(r.Charts) != 2 {
-		t.Errorf("%d charts, want a latency CDF per frame size", len(r.Charts))
+	if len(r.Charts) != 1 {
+		t.Errorf("%d charts, want a latency CDF for the one frame size", len(r.Charts))
 	}
 	if len(r.Targets) == 0 {
 		t.Error("no targets")
@@ -161,4 +203,14 @@ func TestXDPQuickJSON(t *testing.T) {
 	if _, err := os.Stat("/run/lbbench-xdp-" + prefix + ".lock"); err == nil {
 		t.Error("lock file left")
 	}
+}
+
+// find returns the case of forwarder v with load, or nil.
+func find(cs []xdp.Case, v, load string) *xdp.Case {
+	for i := range cs {
+		if cs[i].Variant == v && cs[i].Load == load {
+			return &cs[i]
+		}
+	}
+	return nil
 }

@@ -54,6 +54,19 @@ type Config struct {
 	// Batch is the most frames queued per Transmit (default 32, what the
 	// kernel sends per wakeup in copy mode).
 	Batch int
+	// Spin, when sending at a Rate, polls the rx ring and the clock
+	// between frames instead of sleeping in poll(2): frames leave when
+	// they are due, one at a time, not in a burst after a late timer
+	// wakeup (tens of µs on a virtual machine), and frames coming back
+	// are seen at once, without a wakeup. It takes the generator's core
+	// whole; only kernel threads of a higher class preempt it.
+	Spin bool
+	// Coalesce, when sending at a Rate, sends what is due at most once
+	// per Coalesce, together (at most Batch frames a call): trains at the
+	// same mean rate, of rate x Coalesce frames, as a NIC's receive
+	// interrupt coalescing of that window hands them to the middle hop,
+	// and one send syscall per train. 0: each frame when it is due.
+	Coalesce time.Duration
 }
 
 // Result is what one run did.
@@ -137,6 +150,7 @@ func loop(ctx context.Context, cfg *Config) (Result, error) {
 	drainEnd := end + int64(cfg.Drain)
 	lastRx := start
 	lastTx := start
+	nextTrain := start // paced with Coalesce: no frame before
 	frameLen := uint32(fr.Len())
 	for iter := 0; ; iter++ {
 		if iter&1023 == 0 && ctx.Err() != nil {
@@ -158,6 +172,11 @@ func loop(ctx context.Context, cfg *Config) (Result, error) {
 			want := batch
 			if cfg.Rate > 0 {
 				due := int64(cfg.Rate*float64(now-start)/1e9) + 1 - int64(r.Queued)
+				if now < nextTrain {
+					due = 0
+				} else if due > 0 && due <= int64(batch) {
+					nextTrain = now + int64(cfg.Coalesce)
+				}
 				want = int(min(int64(batch), max(due, 0)))
 			}
 			if want > 0 {
@@ -222,8 +241,12 @@ func diffStats(a, b afxdp.Stats) afxdp.Stats {
 // The kernel thread that delivers our frames may share this core, so the
 // generator sleeps rather than spins: in poll(2) on the socket until a
 // frame arrives, or until the next frame is due when sending at a rate
-// (at most 100 µs). At full speed, or once sending is over, it only yields.
+// (at most 100 µs). At full speed it only yields. With Spin at a rate it
+// returns at once: the loop polls.
 func idleWait(s *afxdp.Socket, fds []unix.PollFd, cfg *Config, start, end int64, queued uint64) {
+	if cfg.Spin && cfg.Rate > 0 {
+		return
+	}
 	now := Now()
 	if cfg.Rate <= 0 && now < end {
 		_, _ = s.Poll(0)

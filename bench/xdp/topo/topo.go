@@ -220,15 +220,22 @@ func (t *Topo) build(o Options) error {
 			return err
 		}
 	}
-	t.ThreadedErr = errors.Join(threaded(t.GenNS, t.GenDev), threaded(t.MidNS, t.MidDev))
+	t.ThreadedErr = errors.Join(SetThreaded(t.GenNS, t.GenDev, true), SetThreaded(t.MidNS, t.MidDev, true))
 	t.Threaded = t.ThreadedErr == nil
 	return nil
 }
 
-// threaded switches dev's NAPI to a kernel thread (Linux >= 5.12).
-func threaded(ns, dev string) error {
-	if _, err := Exec(ns, "sh", "-c", "echo 1 > /sys/class/net/"+dev+"/threaded"); err != nil {
-		return fmt.Errorf("threaded NAPI on %s: %w", dev, err)
+// SetThreaded switches dev's NAPI to a kernel thread (Linux >= 5.12), or
+// back to softirq context, where a NAPI poll runs on the CPU that
+// scheduled it (for a veth: the CPU that sent to it). A thread made anew
+// has the default affinity and priority.
+func SetThreaded(ns, dev string, on bool) error {
+	v := "0"
+	if on {
+		v = "1"
+	}
+	if _, err := Exec(ns, "sh", "-c", "echo "+v+" > /sys/class/net/"+dev+"/threaded"); err != nil {
+		return fmt.Errorf("threaded NAPI %s on %s: %w", v, dev, err)
 	}
 	return nil
 }
