@@ -26,8 +26,10 @@ type Case struct {
 	Load     string  `json:"load"`
 	RatePPS  float64 `json:"rate_pps,omitempty"` // the generator's paced rate
 	Duration float64 `json:"duration_s"`
-	// Trials of the lossless-rate search (Load "lossless").
+	// Trials of the lossless-rate search and its checks, the last of
+	// which is this case (Load "lossless").
 	Trials []Trial `json:"search,omitempty"`
+	Checks []Trial `json:"checks,omitempty"`
 	// GenLimited: no loss up to the generator's own rate (Load
 	// "lossless"): the forwarder's limit is higher than measured.
 	GenLimited bool   `json:"generator_limited,omitempty"`
@@ -65,6 +67,16 @@ type Case struct {
 	NsPerPkt   float64 `json:"middle_cpu_ns_per_packet"`
 	PPSPerCore float64 `json:"pps_per_busy_core"`
 	GenCPU     float64 `json:"generator_cpu_s"`
+	// Stamped frames carried the sink's receive time (sink.RxStamp); the
+	// others were timed when the generator's loop read them.
+	Stamped uint64 `json:"rx_stamped"`
+	// GenSkipped, GenStalls, GenStallMS, GenMaxGapUS: frames the paced
+	// generator skipped after a stall rather than send in a burst, and
+	// its loop's stalls over the case (gen.Result).
+	GenSkipped  uint64  `json:"generator_skipped,omitempty"`
+	GenStalls   int     `json:"generator_stalls,omitempty"`
+	GenStallMS  float64 `json:"generator_stall_ms,omitempty"`
+	GenMaxGapUS float64 `json:"generator_max_gap_us,omitempty"`
 	// XDPRedirected and SocketTook are, for an AF_XDP forwarder, the
 	// frames its XDP program redirected to its socket and those its worker
 	// took (the rest the socket dropped: no fill buffer, rx ring full).
@@ -151,6 +163,10 @@ func (b *bench) kernelCPU() time.Duration {
 	return d
 }
 
+// latencyBacklog bounds how late a latency run's generator still sends a
+// frame (gen.Config.Backlog).
+const latencyBacklog = 20 * time.Microsecond
+
 // runCase sends variant v's frames of size at rate (0: full speed) for d;
 // load names the case. Paced, the generator spins (gen.Config.Spin), and
 // the throughput search's runs go in trains (Config.Coalesce).
@@ -171,12 +187,16 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 	}
 	kern0, drops0, cpu0 := b.kernelCPU(), b.drops(), readCPUTimes()
 	start := time.Now()
+	// After a stall the generator sends at most a quarter of the middle's
+	// veth ring (256 frames) late in the throughput runs, and next to
+	// nothing in the latency runs (frames stay evenly spaced).
 	var coalesce time.Duration
+	backlog := 1 + int(rate*float64(latencyBacklog)/1e9)
 	if load == "trial" || load == "lossless" {
-		coalesce = b.cfg.Coalesce
+		coalesce, backlog = b.cfg.Coalesce, 64
 	}
 	res, err := gen.Run(ctx, gen.Config{Socket: b.sock, Frames: fr, Counter: ctr, Run: b.run,
-		Duration: d, Rate: rate, CPU: b.genCPU, Spin: rate > 0, Coalesce: coalesce})
+		Duration: d, Rate: rate, CPU: b.genCPU, Spin: rate > 0, Coalesce: coalesce, Backlog: backlog})
 	wall := time.Since(start)
 	if err != nil {
 		return Case{}, err
@@ -205,6 +225,8 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 		Sent: res.Sent, Forwarded: ctr.Frames, PerBackend: ctr.PerBackend, Other: ctr.Other,
 		GenCPU: res.ThreadCPU.Seconds(), Middle: middle, XDPRedirected: middle[f.redirKey], SocketTook: middle[f.tookKey], CPUBusy: busyFrac(cpu0, cpu1), latency: ctr.Latency}
 	secs := d.Seconds()
+	r.Stamped, r.GenSkipped = res.Stamped, res.Skipped
+	r.GenStalls, r.GenStallMS, r.GenMaxGapUS = res.Stalls, float64(res.StallTime)/1e6, float64(res.MaxGap)/1e3
 	r.SentPPS = float64(r.Sent) / secs
 	r.FwdPPS = float64(r.Forwarded) / secs
 	if r.Sent > 0 {

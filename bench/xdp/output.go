@@ -61,7 +61,7 @@ func (b *bench) report(rs []Case) report.Report {
 	}
 	lat := report.Table{
 		Title: "Latency at half the lossless rate (µs; added = minus (b) xdpfwd's at the same rate and size, the floor of this path)",
-		Columns: []string{"frame B", "forwarder", "rate Mpps", "loss %", "p50", "p99", "p99.9",
+		Columns: []string{"frame B", "forwarder", "rate Mpps", "sent Mpps", "loss %", "p50", "p99", "p99.9",
 			"floor p50", "floor p99", "added p50", "added p99", "added p99.9", "busy floor p50", "busy floor p99"},
 	}
 	full := report.Table{
@@ -89,7 +89,7 @@ func (b *bench) report(rs []Case) report.Report {
 			lossless.Rows = append(lossless.Rows, []string{size, c.Variant, losslessLabel(&c), pct(c.Loss), report.F(c.BusyCores, 2),
 				report.G(c.NsPerPkt), mpps(c.PPSPerCore), strconv.Itoa(len(c.Trials)), note})
 		case "half":
-			row := []string{size, c.Variant, mpps(c.RatePPS), pct(c.Loss), report.G(c.LatP50), report.G(c.LatP99), report.G(c.LatP999)}
+			row := []string{size, c.Variant, mpps(c.RatePPS), mpps(c.SentPPS), pct(c.Loss), report.G(c.LatP50), report.G(c.LatP99), report.G(c.LatP999)}
 			if a := c.Added; a != nil {
 				row = append(row, report.G(a.FloorP50), report.G(a.FloorP99), report.G(a.P50), report.G(a.P99), report.G(a.P999))
 				if a.BusyFloorP50 > 0 {
@@ -261,22 +261,27 @@ func (b *bench) methodNotes(rs []Case) []string {
 			"Per forwarder and frame size: full load for %v (as fast as the generator's socket takes frames), the lossless-rate search, then the latency run.",
 			b.cfg.Sources, b.cfg.Ports, b.cfg.Sources*b.cfg.Ports, b.cfg.Prefix, b.cfg.Duration),
 		fmt.Sprintf("Throughput is the maximum lossless rate, RFC 2544 style: the generator sends at a fixed paced rate (spinning on the clock, %s) for %v trials; "+
-			"a trial passes when it loses at most %s %% of what was sent. The first trial is at the rate forwarded at full load; passes step up by 50 %% (at most to what the generator sent at full speed), "+
-			"the first failure steps to just below what came back (secant), then bisection until the highest pass and the lowest failure are within %s %% or %d trials are spent. "+
-			"The highest pass is then run for %v (lowered by 5 %%, then by 10 %% more, while that run loses more: a check longer than a trial catches what a trial missed): that run is the result, with the busy cores and CPU per packet at that rate; the trials are in the JSON (\"search\"). "+
+			"a trial passes when it loses at most %s %% of what was sent. The first trial is at the rate forwarded at full load; passes step up, doubling after a clean pass and by 25 %% after one that lost a little (at most to what the generator sent at full speed); "+
+			"failures step to below what came back (secant; the step doubles with each failure in a row), then bisection until the highest pass and the lowest failure are within %s %% or %d trials are spent. "+
+			"A paced generator held up (the host took its core, a send call waited, the sink's thread ran) sends at most 64 frames late in one go, a quarter of the middle's veth ring, and skips the rest rather than send them in a burst (JSON: generator_skipped); Mpps (no loss) is the rate actually sent. "+
+			"A trial that failed with a small loss (at most %d x the threshold) is run once more at the same rate: the veth rings hold 256 frames, half a millisecond at 0.5 Mpps, "+
+			"so a virtual machine's host taking a core away for a millisecond loses frames at any rate a forwarder needs most of its core for, and only an overloaded forwarder loses them again. "+
+			"The highest pass is then run for %v (again once after a small loss, then 5 %% lower while it loses more): that run is the result, with the busy cores and CPU per packet at that rate; the trials and checks are in the JSON (\"search\", \"checks\"). "+
 			"A forwarder that loses nothing at full speed keeps up with the generator, and its rate is shown as \">=\" (the instrument's limit, not the forwarder's). "+
-			"The ratios and throughput targets use these rates; the full-load table measures something else worth knowing, the behaviour at overload (an AF_XDP path's kernel side copies frames its worker then has no time for, receive livelock, so it forwards less than at its lossless rate).",
-			spacing(b.cfg.Coalesce), b.cfg.Trial, report.G(100*b.cfg.LossMax), report.G(100*b.cfg.Resolution), b.cfg.Trials, b.cfg.Duration),
+			"The ratios and throughput targets use these rates; the full-load table measures something else worth knowing, the behaviour at overload (an AF_XDP path's kernel side copies frames its worker then has no time for, receive livelock, so it may forward less than at its lossless rate).",
+			spacing(b.cfg.Coalesce), b.cfg.Trial, report.G(100*b.cfg.LossMax), report.G(100*b.cfg.Resolution), b.cfg.Trials, smallLoss, b.cfg.Duration),
 		"sent = frames the kernel completed from the generator's TX ring; fwd = frames of the case that came back to the generator's socket (the sink's XDP program redirects UDP to the bench ports there), counted by destination MAC; loss = 1 - fwd/sent. " +
 			"drop in = the middle's veth ring was full or its XDP redirect failed (an AF_XDP socket's ring full: the middle hop too slow); drop out = the generator's veth ring was full or XDP_TX failed on the way back (the return path too slow); drop sink = the sink socket's ring was full; drop mid = the rest (lost inside the middle hop, e.g. its AF_XDP TX ring full; its own counters are in the JSON). " +
 			"out = fwd + drop out: what the middle hop sent on; its CPU figures are per frame sent on, so a forwarder faster than the generator's side can absorb is not charged for frames lost after it.",
-		"Latency = receive time - the transmit time written into the payload just before the frame is put on the TX ring and the kernel is kicked (sendto; one monotonic clock, one process), " +
-			"at half the lossless rate, each frame when it is due (evenly spaced). " +
+		"Latency = receive time - transmit time, at half the lossless rate, each frame when it is due (evenly spaced; a generator held up more than " + latencyBacklog.String() + " skips what fell due meanwhile, so sent Mpps may be below the rate). " +
+			"The transmit time is written into the payload just before the frame is put on the TX ring and the kernel is kicked (sendto); " +
+			"the receive time is taken by the sink's XDP program (bpf_ktime_get_ns, into the frame's metadata) when the frame arrives, not when the generator's loop gets to it: " +
+			"that loop also sends, and on a virtual machine a send call that wakes a busy core waits tens of µs (the JSON's generator_stall_ms), which would otherwise count as latency. Both are CLOCK_MONOTONIC. " +
 			"The path: the generator's send syscall copies the frame into the generator veth, which wakes the middle's NAPI thread on the middle's core (a cross-CPU wakeup, as a NIC interrupt); the middle hop forwards; " +
-			"the generator veth's NAPI runs the sink's XDP program and copies the frame onto the sink socket's ring; the generator, spinning on the clock and that ring, reads it. " +
+			"the generator veth's NAPI runs the sink's XDP program, which stamps the frame and hands it to the sink socket. " +
 			"For these runs the sink's NAPI runs in softirq context on the middle's core, right where the middle hop sends (in its NAPI thread, or in its worker's send syscall), instead of a thread on the generator's core. " +
-			"That takes a second cross-CPU wakeup off the path, and the generator never sleeps, so there is no timer wakeup either; on a virtual machine each costs tens of µs " +
-			"(a timer wakeup some 50 µs late, a wakeup across cores 40+ µs), and together they made (b)'s p50 ~110 µs, with late paced frames leaving in bursts. " +
+			"That takes a second cross-CPU wakeup off the path, and the generator never sleeps between paced frames, so there is no timer wakeup either; on a virtual machine each costs tens of µs " +
+			"(a timer wakeup some 50 µs late, a wakeup across cores 40+ µs), and with the receive time taken by the generator's loop they made (b)'s p50 ~110 µs, with late paced frames leaving in bursts; (b)'s p50 is now ~10-20 µs. " +
 			"The sink's own work (its XDP program and one copy) then runs on the middle's core, for every forwarder alike (its CPU per packet barely changes: the wakeup it replaces cost as much); CPU figures come from the throughput runs, not these.",
 		"added = a forwarder's percentile minus that of (b) xdpfwd, the least a forwarder can do on this path, measured at the same rate and frame size (floor runs, after the others): " +
 			"what the forwarder adds over a minimal XDP_TX hop. Percentiles of two runs are subtracted, not frames, so an added p99 is within the noise of both p99s and may come out negative; the absolute figures are shown too. " +
@@ -315,5 +320,6 @@ func spacing(w time.Duration) string {
 	if w <= 0 {
 		return "each frame when it is due, evenly spaced"
 	}
-	return fmt.Sprintf("what is due once per %v, one send call a train, as a NIC's receive interrupt coalescing of that window would deliver frames", w)
+	return fmt.Sprintf("what is due once per %v, one send call a train, as a NIC's receive interrupt coalescing of that window would deliver frames: "+
+		"one send call per frame at a few hundred thousand a second takes the generator's whole core on a virtual machine, so evenly spaced frames (--coalesce 0) cannot be offered there at those rates", w)
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,8 +53,8 @@ func TestConfigDefaults(t *testing.T) {
 	if err := c.defaults(); err != nil {
 		t.Fatal(err)
 	}
-	if c.Duration != 300*time.Millisecond || c.Trial != 200*time.Millisecond || c.Trials != 4 || c.LossMax != 0.001 ||
-		c.Resolution != 0.05 || c.Coalesce != 0 || !reflect.DeepEqual(c.Sizes, []int{64}) || len(c.Variants) != 5 ||
+	if c.Duration != 300*time.Millisecond || c.Trial != 200*time.Millisecond || c.Trials != 5 || c.LossMax != 0.001 ||
+		c.Resolution != 0.05 || c.Coalesce != DefaultCoalesce || !reflect.DeepEqual(c.Sizes, []int{64}) || len(c.Variants) != 5 ||
 		c.Backends != 4 || c.Sources*c.Ports != 65536 || c.Prefix != "lbx" {
 		t.Fatalf("quick defaults %+v", c)
 	}
@@ -61,7 +62,7 @@ func TestConfigDefaults(t *testing.T) {
 	if err := f.defaults(); err != nil {
 		t.Fatal(err)
 	}
-	if f.Duration != 2*time.Second || f.Trial != time.Second || f.Trials != 8 || f.Resolution != 0.02 ||
+	if f.Duration != 2*time.Second || f.Trial != 500*time.Millisecond || f.Trials != 10 || f.Resolution != 0.02 ||
 		!reflect.DeepEqual(f.Sizes, []int{64, 1500}) {
 		t.Fatalf("full defaults %+v", f)
 	}
@@ -76,15 +77,20 @@ func TestConfigDefaults(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
+	if even := (Config{Coalesce: -1}); even.defaults() != nil || even.Coalesce != 0 {
+		t.Errorf("negative coalescing window: %v, want 0 (evenly spaced)", even.Coalesce)
+	}
 }
 
 // model is a forwarder for searchRate: no loss up to capacity pps; above
-// it, it forwards livelock x capacity (receive livelock). lossyChecks
-// first "lossless" runs lose 1 % whatever the rate (a disturbed check).
+// it, it forwards livelock x capacity (receive livelock). The first
+// lossyChecks "lossless" runs and the first lossyTrials trials below the
+// capacity lose checkLoss whatever the rate (the machine disturbed them).
 type model struct {
-	capacity, livelock float64
-	lossyChecks        int
-	runs               []string
+	capacity, livelock       float64
+	lossyChecks, lossyTrials int
+	checkLoss                float64
+	runs                     []string
 }
 
 func (m *model) run(load string, rate float64, d time.Duration) (Case, error) {
@@ -95,7 +101,11 @@ func (m *model) run(load string, rate float64, d time.Duration) (Case, error) {
 	}
 	if load == "lossless" && m.lossyChecks > 0 {
 		m.lossyChecks--
-		c.FwdPPS = 0.99 * rate
+		c.FwdPPS = (1 - m.checkLoss) * rate
+	}
+	if load == "trial" && rate <= m.capacity && m.lossyTrials > 0 {
+		m.lossyTrials--
+		c.FwdPPS = 0.995 * rate
 	}
 	c.Forwarded = uint64(c.FwdPPS * d.Seconds())
 	c.Loss = 1 - c.FwdPPS/c.SentPPS
@@ -130,6 +140,9 @@ func TestSearchRate(t *testing.T) {
 	if n := len(c.Trials); n == 0 || n > cfg.Trials || len(m.runs) != n+1 || m.runs[n] != "lossless" {
 		t.Errorf("capacity 300k: %d trials, runs %v", n, m.runs)
 	}
+	if len(c.Checks) != 1 || !c.Checks[0].Pass || c.Checks[0].RatePPS != c.RatePPS {
+		t.Errorf("checks %+v", c.Checks)
+	}
 	if !c.Trials[0].Pass || c.Trials[0].RatePPS != 0.6*m.capacity {
 		t.Errorf("first trial %+v, want a pass at the full-load forwarded rate", c.Trials[0])
 	}
@@ -149,10 +162,25 @@ func TestSearchRate(t *testing.T) {
 		t.Errorf("no loss paced up to the generator: %+v", c)
 	}
 
-	// A check that loses is run again 5 % lower.
-	m = &model{capacity: 300e3, livelock: 0.6, lossyChecks: 1}
+	// A check that loses much is run again 5 % lower; one that loses
+	// little, again at the same rate.
+	m = &model{capacity: 300e3, livelock: 0.6, lossyChecks: 1, checkLoss: 0.02}
 	if c, _ = searchRate(&cfg, full(m, 800e3), m.run, nil); c.Loss != 0 || c.RatePPS > 0.95*m.capacity || c.RatePPS < 0.95*m.capacity/(1+cfg.Resolution) {
 		t.Errorf("lossy first check: %+v, runs %v", c, m.runs)
+	}
+	m = &model{capacity: 300e3, livelock: 0.6, lossyChecks: 1, checkLoss: 0.005}
+	if c, _ = searchRate(&cfg, full(m, 800e3), m.run, nil); c.Loss != 0 || c.RatePPS > m.capacity || c.RatePPS < m.capacity/(1+cfg.Resolution) ||
+		!slices.Equal(m.runs[len(m.runs)-2:], []string{"lossless", "lossless"}) ||
+		len(c.Checks) != 2 || c.Checks[0].Pass || !c.Checks[1].Pass || c.Checks[0].RatePPS != c.Checks[1].RatePPS {
+		t.Errorf("slightly lossy first check: %+v, runs %v", c, m.runs)
+	}
+
+	// A trial below the capacity that loses a little is run again, and
+	// the search still finds the capacity.
+	m = &model{capacity: 300e3, livelock: 0.6, lossyTrials: 1}
+	c, _ = searchRate(&cfg, full(m, 800e3), m.run, nil)
+	if c.RatePPS > m.capacity || c.RatePPS < m.capacity/(1+cfg.Resolution) || c.Trials[0].Pass || !c.Trials[1].Pass || c.Trials[0].RatePPS != c.Trials[1].RatePPS {
+		t.Errorf("disturbed trial: %+v", c)
 	}
 
 	// Always 1 % lost: every trial fails, the result says it lost.
@@ -302,7 +330,7 @@ func TestReportFromCases(t *testing.T) {
 		t.Fatalf("latency rows %v", lat)
 	}
 	for _, row := range *lat {
-		if row[1] == "nftlb" && row[9] != "-" {
+		if row[1] == "nftlb" && row[10] != "-" {
 			t.Errorf("nftlb shows an added latency without a floor: %v", row)
 		}
 	}

@@ -22,10 +22,10 @@ func runXDP(args []string, c *common, stderr io.Writer) (report.Report, error) {
 	var cfg xdp.Config
 	var sizes, fwds string
 	fs.DurationVar(&cfg.Duration, "duration", 0, "time of each measured case: full load, the check of the lossless rate, latency (default 300ms with --quick, else 2s)")
-	fs.DurationVar(&cfg.Trial, "trial", 0, "time of each trial of the lossless-rate search (default 200ms with --quick, else 1s)")
-	fs.IntVar(&cfg.Trials, "trials", 0, "most trials per lossless-rate search (default 4 with --quick, else 8)")
+	fs.DurationVar(&cfg.Trial, "trial", 0, "time of each trial of the lossless-rate search (default 200ms with --quick, else 500ms)")
+	fs.IntVar(&cfg.Trials, "trials", 0, "most trials per lossless-rate search (default 5 with --quick, else 10)")
 	fs.Float64Var(&cfg.LossMax, "loss", 0.001, "loss a lossless trial may have (fraction)")
-	fs.DurationVar(&cfg.Coalesce, "coalesce", 0, "send the search's paced frames in trains, what is due once per this window, as a NIC's interrupt coalescing delivers them (0: evenly spaced)")
+	fs.DurationVar(&cfg.Coalesce, "coalesce", xdp.DefaultCoalesce, "send the search's paced frames in trains, what is due once per this window, as a NIC's interrupt coalescing delivers them (0: each frame when due, evenly spaced)")
 	fs.StringVar(&sizes, "sizes", "", "frame sizes on the wire (FCS included), comma-separated (default 64 with --quick, else 64,1500)")
 	fs.StringVar(&fwds, "forwarders", "xlb,xlb-ct,reflector,xdpfwd,nftlb", "what to measure, comma-separated")
 	fs.IntVar(&cfg.Backends, "backends", 4, "backends behind the VIP")
@@ -69,6 +69,9 @@ flags:
 		if f = strings.TrimSpace(f); f != "" {
 			cfg.Variants = append(cfg.Variants, f)
 		}
+	}
+	if cfg.Coalesce == 0 {
+		cfg.Coalesce = -1 // evenly spaced
 	}
 	cfg.Quick = c.quick
 	cfg.Progress = stderr

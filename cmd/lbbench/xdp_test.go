@@ -154,6 +154,10 @@ func TestXDPQuickJSON(t *testing.T) {
 			if !c.SinkOnMiddle {
 				t.Errorf("%s half: the sink was not on the middle's core", c.Variant)
 			}
+			// Timed by the sink's receive stamps, not the loop.
+			if c.Stamped < c.Forwarded*99/100 {
+				t.Errorf("%s half: %d of %d frames carried a receive stamp", c.Variant, c.Stamped, c.Forwarded)
+			}
 			if slices.Contains(want, "xdpfwd") && c.Added == nil {
 				t.Errorf("%s half: no added latency", c.Variant)
 			}

@@ -19,6 +19,28 @@ var epoch = time.Now()
 // since the process started (the sink reads the same clock).
 func Now() int64 { return int64(time.Since(epoch)) }
 
+// monoBase is CLOCK_MONOTONIC at epoch: Go's monotonic readings are that
+// clock, so FromMono(t) = t - monoBase within the time of a vDSO call.
+var monoBase = func() int64 {
+	best, base := int64(1<<62), int64(0)
+	for range 16 {
+		a := Now()
+		var ts unix.Timespec
+		if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+			return 0
+		}
+		b := Now()
+		if b-a < best {
+			best, base = b-a, ts.Nano()-(a+b)/2
+		}
+	}
+	return base
+}()
+
+// FromMono converts a CLOCK_MONOTONIC time (a sink receive stamp) to Now's
+// clock.
+func FromMono(t int64) int64 { return t - monoBase }
+
 // SocketOpts are the options of the generator's socket: 2048-byte chunks,
 // no extra headroom, and twice as many chunks as the fill, rx and TX rings
 // hold together, so that Alloc finds free chunks while the fill ring is
@@ -35,6 +57,9 @@ func SocketOpts() afxdp.Opts {
 	o.ZeroCopy = afxdp.ZeroCopyAuto
 	return o
 }
+
+// StallMin is the shortest gap in the spinning loop counted as a stall.
+const StallMin = 20 * time.Microsecond
 
 // Config is one generator run.
 type Config struct {
@@ -61,6 +86,11 @@ type Config struct {
 	// are seen at once, without a wakeup. It takes the generator's core
 	// whole; only kernel threads of a higher class preempt it.
 	Spin bool
+	// Backlog, when sending at a Rate, is the most frames sent late in
+	// one go after the loop was held up; what fell due beyond it is
+	// skipped (Result.Skipped), so that a stall does not become a burst.
+	// 0: no bound, every frame is sent.
+	Backlog int
 	// Coalesce, when sending at a Rate, sends what is due at most once
 	// per Coalesce, together (at most Batch frames a call): trains at the
 	// same mean rate, of rate x Coalesce frames, as a NIC's receive
@@ -78,6 +108,20 @@ type Result struct {
 	SendTime time.Duration
 	// ThreadCPU is the CPU time of the generator's thread.
 	ThreadCPU time.Duration
+	// Skipped counts frames a paced loop did not send: they fell due
+	// while it was held up, beyond Backlog.
+	Skipped uint64
+	// Stamped counts the frames received with the sink's receive time
+	// (the others are timed when the loop read them).
+	Stamped uint64
+	// Stalls counts, when spinning, the gaps between two turns of the
+	// loop longer than StallMin (the thread was off its core, or the
+	// machine's host took the core); StallTime is their sum and MaxGap
+	// the longest gap. Frames that came back meanwhile are timestamped
+	// late by up to that much.
+	Stalls    int
+	StallTime time.Duration
+	MaxGap    time.Duration
 	// Socket's counters over the run (kernel drops included).
 	Stats afxdp.Stats
 }
@@ -152,16 +196,30 @@ func loop(ctx context.Context, cfg *Config) (Result, error) {
 	lastTx := start
 	nextTrain := start // paced with Coalesce: no frame before
 	frameLen := uint32(fr.Len())
+	prev := start
 	for iter := 0; ; iter++ {
 		if iter&1023 == 0 && ctx.Err() != nil {
 			return r, ctx.Err()
 		}
 		now := Now()
+		if gap := now - prev; cfg.Spin && cfg.Rate > 0 && gap > int64(StallMin) {
+			r.Stalls++
+			r.StallTime += time.Duration(gap)
+			r.MaxGap = max(r.MaxGap, time.Duration(gap))
+		}
+		prev = now
 		busy := false
 		if n := s.Receive(rx); n > 0 {
 			t := Now()
 			for i, d := range rx[:n] {
-				c.Record(s.Frame(d), t)
+				at := t
+				if buf, off := s.Chunk(d.Addr); buf != nil {
+					if ts, ok := sink.RxStamp(buf, off); ok {
+						at = FromMono(ts)
+						r.Stamped++
+					}
+				}
+				c.Record(s.Frame(d), at)
 				addrs[i] = d.Addr
 			}
 			s.Recycle(addrs[:n])
@@ -171,7 +229,16 @@ func loop(ctx context.Context, cfg *Config) (Result, error) {
 		if now < end {
 			want := batch
 			if cfg.Rate > 0 {
-				due := int64(cfg.Rate*float64(now-start)/1e9) + 1 - int64(r.Queued)
+				due := int64(cfg.Rate*float64(now-start)/1e9) + 1 - int64(r.Queued+r.Skipped)
+				if cfg.Backlog > 0 && due > int64(cfg.Backlog) {
+					// Held up (the host took the core, a send call
+					// waited, the sink's kernel thread ran): skip what
+					// fell due meanwhile rather than send it in a burst
+					// that the middle hop would then queue, or lose, as
+					// if it had come so.
+					r.Skipped += uint64(due - int64(cfg.Backlog))
+					due = int64(cfg.Backlog)
+				}
 				if now < nextTrain {
 					due = 0
 				} else if due > 0 && due <= int64(batch) {

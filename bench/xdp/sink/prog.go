@@ -15,6 +15,7 @@ const (
 	xdpPass        = 2
 	mdData         = 0
 	mdDataEnd      = 4
+	mdDataMeta     = 8
 	mdRxQueueIndex = 16
 )
 
@@ -26,8 +27,9 @@ func be16(v uint16) int32 {
 }
 
 // instructions: an IPv4 frame without options carrying UDP to PortLo..PortHi
-// goes to the socket of its rx queue (XDP_PASS when there is none);
-// everything else to the kernel.
+// goes to the socket of its rx queue (XDP_PASS when there is none), with
+// MetaLen bytes of metadata in front (the receive time, see layout.go);
+// everything else to the kernel, untouched.
 func instructions(xsks *ebpf.Map, miss int32) asm.Instructions {
 	return asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
@@ -46,7 +48,22 @@ func instructions(xsks *ebpf.Map, miss int32) asm.Instructions {
 		asm.HostTo(asm.BE, asm.R5, asm.Half),
 		asm.JLT.Imm(asm.R5, PortLo, "pass"),
 		asm.JGT.Imm(asm.R5, PortHi, "pass"),
-		asm.LoadMapPtr(asm.R1, xsks.FD()),
+		// The receive time into the metadata; a frame without room for
+		// it goes on without (the receiver then uses its own clock).
+		asm.Mov.Reg(asm.R1, asm.R6),
+		asm.Mov.Imm(asm.R2, -MetaLen),
+		asm.FnXdpAdjustMeta.Call(),
+		asm.JNE.Imm(asm.R0, 0, "redirect"),
+		asm.LoadMem(asm.R7, asm.R6, mdDataMeta, asm.Word),
+		asm.LoadMem(asm.R3, asm.R6, mdData, asm.Word),
+		asm.Mov.Reg(asm.R4, asm.R7),
+		asm.Add.Imm(asm.R4, MetaLen),
+		asm.JGT.Reg(asm.R4, asm.R3, "redirect"),
+		asm.FnKtimeGetNs.Call(),
+		asm.StoreMem(asm.R7, metaTime, asm.R0, asm.DWord),
+		asm.StoreImm(asm.R7, metaMagic, int64(MetaMagic), asm.Word),
+		asm.StoreImm(asm.R7, metaMagic+4, 0, asm.Word),
+		asm.LoadMapPtr(asm.R1, xsks.FD()).WithSymbol("redirect"),
 		asm.LoadMem(asm.R2, asm.R6, mdRxQueueIndex, asm.Word),
 		asm.Mov.Imm(asm.R3, miss),
 		asm.FnRedirectMap.Call(),
@@ -111,8 +128,10 @@ func (p *Program) Close() error {
 }
 
 // Run runs the program on one frame with BPF_PROG_TEST_RUN and returns its
-// verdict (tests).
-func (p *Program) Run(frame []byte) (uint32, error) {
-	ret, err := p.prog.Run(&ebpf.RunOptions{Data: frame})
-	return ret, err
+// verdict and the frame after it, metadata in front (tests).
+func (p *Program) Run(frame []byte) (uint32, []byte, error) {
+	out := make([]byte, len(frame)+256)
+	opts := &ebpf.RunOptions{Data: frame, DataOut: out}
+	ret, err := p.prog.Run(opts)
+	return ret, opts.DataOut, err
 }

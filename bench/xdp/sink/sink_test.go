@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
@@ -9,6 +10,8 @@ import (
 	"os"
 	"slices"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"xlb/dataplane/craft"
 )
@@ -173,12 +176,32 @@ func TestProgramVerdicts(t *testing.T) {
 		{"ipv4 options", opts, xdpPass},
 		{"short", bench[:14+20+7], xdpPass},
 	} {
-		got, err := p.Run(c.frame)
+		var before unix.Timespec
+		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &before)
+		got, out, err := p.Run(c.frame)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
+		var after unix.Timespec
+		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &after)
 		if got != c.want {
 			t.Errorf("%s: verdict %d, want %d", c.name, got, c.want)
+		}
+		// Frames for the socket carry the receive time in front; the
+		// others go on untouched.
+		if c.want == xdpPass {
+			if !bytes.Equal(out, c.frame) {
+				t.Errorf("%s: passed frame changed (%d bytes out of %d)", c.name, len(out), len(c.frame))
+			}
+			continue
+		}
+		if len(out) != MetaLen+len(c.frame) || !bytes.Equal(out[MetaLen:], c.frame) {
+			t.Errorf("%s: %d bytes out, want metadata and the frame (%d)", c.name, len(out), MetaLen+len(c.frame))
+			continue
+		}
+		ts, ok := RxStamp(out, MetaLen)
+		if !ok || ts < before.Nano() || ts > after.Nano() {
+			t.Errorf("%s: receive stamp %d (%v), want within [%d, %d]", c.name, ts, ok, before.Nano(), after.Nano())
 		}
 	}
 }
@@ -193,5 +216,29 @@ func TestRecordAllocs(t *testing.T) {
 	}
 	if c.PerBackend[1] == 0 {
 		t.Fatal("nothing recorded")
+	}
+}
+
+// TestRxStamp: the receive time is read from the metadata in front of a
+// frame, and only once (the mark is cleared, so a chunk used again without
+// fresh metadata is not read as stamped); no metadata, no stamp.
+func TestRxStamp(t *testing.T) {
+	chunk := make([]byte, 2048)
+	off := 256
+	m := chunk[off-MetaLen : off]
+	binary.LittleEndian.PutUint64(m[metaTime:], 123456789)
+	binary.LittleEndian.PutUint32(m[metaMagic:], MetaMagic)
+	if ts, ok := RxStamp(chunk, off); !ok || ts != 123456789 {
+		t.Fatalf("stamp %d, %v", ts, ok)
+	}
+	if _, ok := RxStamp(chunk, off); ok {
+		t.Fatal("stamp read twice")
+	}
+	binary.LittleEndian.PutUint32(chunk[metaMagic:], MetaMagic)
+	if _, ok := RxStamp(chunk, MetaLen-1); ok {
+		t.Fatal("stamp without room for metadata")
+	}
+	if _, ok := RxStamp(chunk, len(chunk)+1); ok {
+		t.Fatal("stamp past the chunk")
 	}
 }
