@@ -307,7 +307,7 @@ func (b *bench) methodNotes(rs []Case) []string {
 	}
 	n = append(n, cpu,
 		fmt.Sprintf("Priorities: every thread measured or measuring (generator, NAPI threads, xlb, the reflector's worker) runs at nice %d, so that other load on the machine disturbs less; "+
-			"the sink's NAPI thread is SCHED_FIFO (lowest priority), as an interrupt would be, so that frames coming back are not lost to the generator's own loop; "+
+			"in the throughput runs the sink's NAPI thread is SCHED_FIFO (lowest priority), as an interrupt would be, so that frames coming back are not lost to the generator's own loop, which spins when paced; "+
 			"the middle's NAPI thread stays SCHED_OTHER but with a %v time slice, so that it preempts a polling worker when frames arrive (as an interrupt would) and still shares the core fairly at overload. "+
 			"The veth rings hold 256 frames: a middle hop that is off its core for a few ms at any load loses frames (drop in).", benchNice, napiSlice),
 		"veth specifics: there is no zero-copy AF_XDP on veth, so xlb and the reflector copy every frame in and out (copy mode); and an XDP program on the receiving veth first copies each frame that was sent from a socket or the stack into a page with XDP headroom, "+
