@@ -348,17 +348,7 @@ func TestXDPOnInterface(t *testing.T) {
 	}
 	defer prog.Close()
 	cfg := Config{NS: bed.MidNS, Iface: bltest.XName, VIP: bltest.VIP4, Port: 53, Backends: backends4()}
-	attached := func() bool {
-		var on bool
-		if err := nsx.Do(bed.MidNS, func() error {
-			l, err := netlink.LinkByName(bltest.XName)
-			on = err == nil && l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return on
-	}
+	attached := func() bool { return bltest.XDPAttached(t, bed.MidNS, bltest.XName) }
 
 	var lk link.Link
 	if err := nsx.Do(bed.MidNS, func() (err error) {

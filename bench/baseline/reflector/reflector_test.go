@@ -11,10 +11,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/vishvananda/netlink"
 
 	"xlb/bench/baseline/internal/bltest"
-	"xlb/bench/internal/nsx"
 	"xlb/dataplane/afxdp"
 	"xlb/dataplane/xdpprog"
 )
@@ -32,23 +30,6 @@ func start(tb testing.TB, cfg Config) *Reflector {
 	}
 	tb.Cleanup(func() { r.Close() })
 	return r
-}
-
-func xdpAttached(tb testing.TB, ns, name string) bool {
-	tb.Helper()
-	var on bool
-	err := nsx.Do(ns, func() error {
-		l, err := netlink.LinkByName(name)
-		if err != nil {
-			return err
-		}
-		on = l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached
-		return nil
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return on
 }
 
 // TestReflects sends UDP frames of many flows and sizes (64..1500 bytes)
@@ -136,7 +117,7 @@ func TestReflects(t *testing.T) {
 			if err := r.Close(); err != nil {
 				t.Fatalf("Close: %v", err)
 			}
-			if xdpAttached(t, bed.MidNS, bltest.XName) {
+			if bltest.XDPAttached(t, bed.MidNS, bltest.XName) {
 				t.Error("XDP program still attached after Close")
 			}
 			if after := r.Stats(); after.RX != flows || after.CPU < st.CPU {
@@ -188,7 +169,7 @@ func TestStartRefuses(t *testing.T) {
 		r2.Close()
 		t.Fatal("a second reflector on the same interface started")
 	}
-	if !xdpAttached(t, bed.MidNS, bltest.XName) {
+	if !bltest.XDPAttached(t, bed.MidNS, bltest.XName) {
 		t.Fatal("the failed Start detached the first program")
 	}
 }

@@ -10,10 +10,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/vishvananda/netlink"
 
 	"xlb/bench/baseline/internal/bltest"
-	"xlb/bench/internal/nsx"
 	"xlb/dataplane/xdpprog"
 )
 
@@ -30,24 +28,6 @@ func start(tb testing.TB, cfg Config) *Forwarder {
 	return f
 }
 
-// xdpAttached reports whether the interface has an XDP program.
-func xdpAttached(tb testing.TB, ns, name string) bool {
-	tb.Helper()
-	var on bool
-	err := nsx.Do(ns, func() error {
-		l, err := netlink.LinkByName(name)
-		if err != nil {
-			return err
-		}
-		on = l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached
-		return nil
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return on
-}
-
 // TestVethForwards sends UDP frames of many flows and sizes from the peer
 // to the VIP and checks that each comes back out of the same interface,
 // rewritten to the backend BackendIndex names, payload intact, spread over
@@ -62,7 +42,7 @@ func TestVethForwards(t *testing.T) {
 			if f.Mode() != mode {
 				t.Fatalf("mode %s, want %s", f.Mode(), mode)
 			}
-			if !xdpAttached(t, bed.GenNS, bltest.PName) {
+			if !bltest.XDPAttached(t, bed.GenNS, bltest.PName) {
 				t.Fatal("no pass program on the peer")
 			}
 			const flows = 300
@@ -118,10 +98,10 @@ func TestVethForwards(t *testing.T) {
 			if err := f.Close(); err != nil {
 				t.Fatalf("Close: %v", err)
 			}
-			if xdpAttached(t, bed.MidNS, bltest.XName) {
+			if bltest.XDPAttached(t, bed.MidNS, bltest.XName) {
 				t.Error("an XDP program is still attached after Close")
 			}
-			if xdpAttached(t, bed.GenNS, bltest.PName) {
+			if bltest.XDPAttached(t, bed.GenNS, bltest.PName) {
 				t.Error("the peer's pass program is still attached after Close")
 			}
 		})
@@ -139,7 +119,7 @@ func TestStartRefusesBusyInterface(t *testing.T) {
 		f2.Close()
 		t.Fatal("a second Start on the same interface succeeded")
 	}
-	if !xdpAttached(t, bed.MidNS, bltest.XName) {
+	if !bltest.XDPAttached(t, bed.MidNS, bltest.XName) {
 		t.Fatal("the failed Start detached the first program")
 	}
 	bad := cfg

@@ -280,6 +280,25 @@ func MACIndex(macs []net.HardwareAddr, mac []byte) int {
 	return -1
 }
 
+// XDPAttached reports whether interface name in namespace ns has an XDP
+// program attached.
+func XDPAttached(tb testing.TB, ns, name string) bool {
+	tb.Helper()
+	var on bool
+	err := nsx.Do(ns, func() error {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			return err
+		}
+		on = l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return on
+}
+
 // MainCheckFDs runs the tests and fails the run if they leave file
 // descriptors open (sockets, maps, programs, links, namespace handles).
 // Call it from TestMain.
