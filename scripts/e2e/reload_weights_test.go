@@ -108,8 +108,20 @@ func TestX2_ReloadReweights(t *testing.T) {
 	equalAt := reload("MAGLEV", 2)
 	waitWeights(t, b, "MAGLEV again: equal weights", false, equal, reported)
 	checkSpread(t, "MAGLEV after the second reload", newConns(t, b, web, shareFlows), thirds)
-	// Let every kept-alive connection ask a few more times.
-	time.Sleep(300 * time.Millisecond)
+	// Let every kept-alive connection ask a few more times (or fail): a
+	// fixed sleep could end before a slow machine's connections asked at all.
+	// Past the deadline the checks below say which one did not.
+	allAnswered := func() bool {
+		for _, k := range kept {
+			if !k.answeredSince(equalAt, 2) {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !allAnswered(); {
+		time.Sleep(50 * time.Millisecond)
+	}
 	stopTraffic()
 
 	m := metrics(t, b)
@@ -154,6 +166,20 @@ func TestX2_ReloadReweights(t *testing.T) {
 		t.Errorf("the stream's new connections reached %v, want each of b1-b3", all)
 	}
 	t.Logf("stream of new connections %v; kept-alive per backend %v opened under MAGLEV, %v under WEIGHTED_MAGLEV; lost and retried: %s", all, perMaglev, perWeighted, lossSummary(t, b))
+}
+
+// answeredSince reports whether k has answered n times after at, or has
+// failed.
+func (k *keptConn) answeredSince(at time.Time, n int) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c := 0
+	for _, a := range k.ok {
+		if a.After(at) {
+			c++
+		}
+	}
+	return c >= n || !k.failAt.IsZero()
 }
 
 // stream is a steady stream of new connections, one every 30 ms, each a
