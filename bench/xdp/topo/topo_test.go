@@ -2,6 +2,7 @@ package topo
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -151,7 +152,16 @@ func TestUpSweepsDeadRun(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- sleeper.Wait() }()
-	time.Sleep(100 * time.Millisecond)
+	// Once ip has exec'd sleep, the process is inside the namespace.
+	comm := fmt.Sprintf("/proc/%d/comm", sleeper.Process.Pid)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, _ := os.ReadFile(comm); strings.TrimSpace(string(b)) == "sleep" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("ip netns exec did not start sleep within 5s")
+		}
+	}
 
 	tp, err := Up(Options{Prefix: prefix, Backends: 1})
 	if err != nil {
