@@ -36,8 +36,8 @@ func (s *server) handler() http.Handler {
 			_, _ = w.Write([]byte("unhealthy\n"))
 			return
 		}
-		if w, ok := s.reportedWeight(); ok {
-			h.Set(headerWeight, w)
+		if v, ok := s.reportedWeight(); ok {
+			h.Set(headerWeight, v)
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
