@@ -74,11 +74,11 @@ func LookupLink(ns, name string) (Link, error) {
 	err := Do(ns, func() error {
 		l, err := netlink.LinkByName(name)
 		if err != nil {
-			return fmt.Errorf("interface %s: %w", where(name, ns), err)
+			return fmt.Errorf("interface %s: %w", Where(name, ns), err)
 		}
 		a := l.Attrs()
 		if len(a.HardwareAddr) != 6 {
-			return fmt.Errorf("interface %s: not Ethernet (hardware address %q)", where(name, ns), a.HardwareAddr)
+			return fmt.Errorf("interface %s: not Ethernet (hardware address %q)", Where(name, ns), a.HardwareAddr)
 		}
 		out = Link{Name: name, Index: a.Index, MAC: append(net.HardwareAddr(nil), a.HardwareAddr...), RxQueues: max(a.NumRxQueues, 1)}
 		return nil
@@ -86,15 +86,13 @@ func LookupLink(ns, name string) (Link, error) {
 	return out, err
 }
 
-func where(name, ns string) string {
+// Where names an interface and its namespace for messages.
+func Where(name, ns string) string {
 	if ns == "" {
 		return name
 	}
 	return name + " in namespace " + ns
 }
-
-// Where names an interface and its namespace for messages.
-func Where(name, ns string) string { return where(name, ns) }
 
 // ErrNoCommand is wrapped by Run when the program is not installed.
 var ErrNoCommand = errors.New("command not installed")
