@@ -73,8 +73,12 @@ func TestQuickRun(t *testing.T) {
 			}
 		}
 	}
-	if len(rep.Targets) != 6 {
-		t.Errorf("%d targets, want 6", len(rep.Targets))
+	// Build time (N=1000, M=65537), balance, weighted, S2, removal and
+	// the lookup twice.
+	if len(rep.Targets) != 7 {
+		t.Errorf("%d targets, want 7", len(rep.Targets))
+	} else if !strings.HasPrefix(rep.Targets[0].Name, "build N=1000, M=65537") {
+		t.Errorf("first target %q, want the build time", rep.Targets[0].Name)
 	}
 	for _, c := range rep.Charts {
 		if len(c.Series) < len(cfg.Sizes) {
