@@ -2,9 +2,28 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
+
+	"xlb/bench/report"
 )
+
+// runJSON runs lbbench with args (--json among them) as CI does and decodes
+// what it prints: the report, and its data into data (a pointer to the
+// command's own result type).
+func runJSON(t *testing.T, data any, args ...string) report.Report {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if rc := run(args, &out, &errb); rc != 0 {
+		t.Fatalf("lbbench %v: exit %d, stderr: %s", args, rc, errb.String())
+	}
+	r := report.Report{Data: data}
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("output is not the report's JSON: %v\n%s", err, out.String())
+	}
+	return r
+}
 
 // TestUsage: no command is a usage error (exit 2), help is not, and an
 // unknown command names itself and lists the real ones.

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -48,17 +46,9 @@ func checkLoss(t *testing.T, prefix string, cases []xdp.Case) {
 			sizes = append(sizes, strconv.Itoa(c.Size))
 		}
 	}
-	var out, errb bytes.Buffer
-	if rc := run([]string{"xdp", "--quick", "--json", "--prefix", prefix, "--forwarders", "xlb,xlb-ct", "--sizes", strings.Join(sizes, ",")}, &out, &errb); rc != 0 {
-		t.Fatalf("second run: exit %d, stderr: %s", rc, errb.String())
-	}
-	var r struct {
-		Data xdp.Data `json:"data"`
-	}
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-		t.Fatalf("second run: %v", err)
-	}
-	if bad := halfLoss(r.Data.Cases); len(bad) > 0 {
+	var again xdp.Data
+	runJSON(t, &again, "xdp", "--quick", "--json", "--prefix", prefix, "--forwarders", "xlb,xlb-ct", "--sizes", strings.Join(sizes, ","))
+	if bad := halfLoss(again.Cases); len(bad) > 0 {
 		t.Errorf("xlb lost more than %.0f%% at half of its saturation rate, twice: %s", 100*maxHalfLoss, strings.Join(bad, "; "))
 	}
 }
@@ -75,32 +65,8 @@ func TestXDPQuickJSON(t *testing.T) {
 		t.Skip("lbbench xdp needs root (network namespaces, veth, XDP, AF_XDP); CI runs it as root")
 	}
 	const prefix = "lbt"
-	var out, errb bytes.Buffer
-	if rc := run([]string{"xdp", "--quick", "--json", "--prefix", prefix}, &out, &errb); rc != 0 {
-		t.Fatalf("exit %d, stderr: %s", rc, errb.String())
-	}
-	var r struct {
-		Command string `json:"command"`
-		Tables  []struct {
-			Title string     `json:"title"`
-			Rows  [][]string `json:"rows"`
-		} `json:"tables"`
-		Targets []struct {
-			Name string `json:"name"`
-		} `json:"targets"`
-		Charts []struct {
-			File   string `json:"file"`
-			Series []struct {
-				Name string    `json:"name"`
-				Y    []float64 `json:"y"`
-			} `json:"series"`
-		} `json:"charts"`
-		Notes []string `json:"notes"`
-		Data  xdp.Data `json:"data"`
-	}
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-		t.Fatalf("output is not the report's JSON: %v\n%s", err, out.String())
-	}
+	var data xdp.Data
+	r := runJSON(t, &data, "xdp", "--quick", "--json", "--prefix", prefix)
 	if r.Command != "xdp" || len(r.Tables) < 5 || len(r.Notes) == 0 {
 		t.Fatalf("command %q, %d tables, %d notes", r.Command, len(r.Tables), len(r.Notes))
 	}
@@ -115,7 +81,7 @@ func TestXDPQuickJSON(t *testing.T) {
 	// rate, a latency run; xdpfwd also a floor and a busy floor at every
 	// other forwarder's latency rate, and a busy floor at its own.
 	got := map[string]int{}
-	for _, c := range r.Data.Cases {
+	for _, c := range data.Cases {
 		if c.Size != 64 {
 			t.Errorf("%s %s: %d B with --quick", c.Variant, c.Load, c.Size)
 		}
@@ -134,7 +100,7 @@ func TestXDPQuickJSON(t *testing.T) {
 			t.Errorf("%s: %d floor and %d busy floor runs, want 1 each", v, got["xdpfwd floor "+v], got["xdpfwd floor-busy "+v])
 		}
 	}
-	for _, c := range r.Data.Cases {
+	for _, c := range data.Cases {
 		switch c.Load {
 		case "lossless":
 			// The search ran (or the generator was the limit) and its
@@ -147,8 +113,8 @@ func TestXDPQuickJSON(t *testing.T) {
 			}
 		case "half":
 			// At half the lossless rate, with the sink on the middle.
-			ll := find(r.Data.Cases, c.Variant, "lossless")
-			if ll != nil && ll.Loss <= r.Data.LossMax && math.Abs(c.RatePPS-ll.RatePPS/2) > 1 {
+			ll := find(data.Cases, c.Variant, "lossless")
+			if ll != nil && ll.Loss <= data.LossMax && math.Abs(c.RatePPS-ll.RatePPS/2) > 1 {
 				t.Errorf("%s half at %v pps, lossless %v", c.Variant, c.RatePPS, ll.RatePPS)
 			}
 			if !c.SinkOnMiddle {
@@ -162,17 +128,17 @@ func TestXDPQuickJSON(t *testing.T) {
 				t.Errorf("%s half: no added latency", c.Variant)
 			}
 		case "floor", "floor-busy":
-			if h := find(r.Data.Cases, c.FloorFor, "half"); h == nil || h.RatePPS != c.RatePPS {
+			if h := find(data.Cases, c.FloorFor, "half"); h == nil || h.RatePPS != c.RatePPS {
 				t.Errorf("%s for %s at %v pps, not at its latency run's rate", c.Load, c.FloorFor, c.RatePPS)
 			}
 		}
 	}
-	for _, c := range r.Data.Cases {
+	for _, c := range data.Cases {
 		if c.Sent == 0 || c.Forwarded == 0 {
 			t.Errorf("%s %d B %s: sent %d, forwarded %d", c.Variant, c.Size, c.Load, c.Sent, c.Forwarded)
 			continue
 		}
-		if c.Other != 0 || len(c.PerBackend) != r.Data.Backends {
+		if c.Other != 0 || len(c.PerBackend) != data.Backends {
 			t.Errorf("%s %d B %s: %d frames to unknown MACs, %d backends counted", c.Variant, c.Size, c.Load, c.Other, len(c.PerBackend))
 		}
 		if !strings.HasPrefix(c.Variant, "xlb") {
@@ -192,7 +158,7 @@ func TestXDPQuickJSON(t *testing.T) {
 			t.Errorf("%s %d B full: no CPU figures (%v ns/pkt, %v busy cores)", c.Variant, c.Size, c.NsPerPkt, c.BusyCores)
 		}
 	}
-	checkLoss(t, prefix, r.Data.Cases)
+	checkLoss(t, prefix, data.Cases)
 	if len(r.Charts) != 1 {
 		t.Errorf("%d charts, want a latency CDF for the one frame size", len(r.Charts))
 	}
