@@ -75,6 +75,35 @@ type keptConn struct {
 	failErr error
 }
 
+// keepAlive opens kept-alive connections to dst from b's client, each
+// asking from its own goroutine of wg until stop, until each of b1-b3 has
+// answered need of them (at most tries connections); it fails t, naming
+// what, if they cannot be opened or do not spread that far.
+func keepAlive(t *testing.T, b *testbed.Bed, dst netip.AddrPort, what string, need, tries int,
+	wg *sync.WaitGroup, stop <-chan struct{}) ([]*keptConn, map[string]int) {
+	t.Helper()
+	var kept []*keptConn
+	per := map[string]int{}
+	for i := 0; i < tries && (per["b1"] < need || per["b2"] < need || per["b3"] < need); i++ {
+		hc, err := dialRetry(b, dst)
+		if err != nil {
+			t.Fatalf("%s: connection %d: %v", what, i, err)
+		}
+		r, err := hc.Get("/", 2*time.Second)
+		if err != nil {
+			t.Fatalf("%s: connection %d: first request: %v", what, i, err)
+		}
+		k := &keptConn{backend: r.Backend}
+		per[r.Backend]++
+		kept = append(kept, k)
+		wg.Go(func() { k.run(hc, stop) })
+	}
+	if per["b1"] < need || per["b2"] < need || per["b3"] < need {
+		t.Fatalf("%s: kept-alive connections per backend %v, want %d or more on each of b1-b3", what, per, need)
+	}
+	return kept, per
+}
+
 func (k *keptConn) run(c *testbed.HTTPConn, stop <-chan struct{}) {
 	defer c.Close()
 	for {
@@ -138,25 +167,7 @@ func TestReload(t *testing.T) {
 	t.Cleanup(stopTraffic)
 
 	// Kept-alive connections, until each of b1-b3 has some.
-	var kept []*keptConn
-	per := map[string]int{}
-	for i := 0; i < 60 && (per["b1"] < 2 || per["b2"] < 2 || per["b3"] < 2); i++ {
-		hc, err := testbed.DialHTTP(c.NS, web, 2*time.Second)
-		if err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
-		r, err := hc.Get("/", 2*time.Second)
-		if err != nil {
-			t.Fatalf("connection %d: first request: %v", i, err)
-		}
-		k := &keptConn{backend: r.Backend}
-		per[r.Backend]++
-		kept = append(kept, k)
-		wg.Go(func() { k.run(hc, stop) })
-	}
-	if per["b1"] < 2 || per["b2"] < 2 || per["b3"] < 2 {
-		t.Fatalf("kept-alive connections per backend %v, want 2 or more on each of b1-b3", per)
-	}
+	kept, per := keepAlive(t, b, web, "kept-alive", 2, 60, &wg, stop)
 	// New connections, one every 30 ms.
 	var (
 		nmu   sync.Mutex

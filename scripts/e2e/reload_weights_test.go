@@ -54,23 +54,9 @@ func TestX2_ReloadReweights(t *testing.T) {
 	var kept []phased
 	keep := func(phase string, need int) map[string]int {
 		t.Helper()
-		per := map[string]int{}
-		for i := 0; i < 100 && (per["b1"] < need || per["b2"] < need || per["b3"] < need); i++ {
-			hc, err := dialRetry(b, web)
-			if err != nil {
-				t.Fatalf("%s: connection %d: %v", phase, i, err)
-			}
-			r, err := hc.Get("/", 2*time.Second)
-			if err != nil {
-				t.Fatalf("%s: connection %d: first request: %v", phase, i, err)
-			}
-			k := &keptConn{backend: r.Backend}
-			per[r.Backend]++
+		ks, per := keepAlive(t, b, web, phase, need, 100, &wg, stop)
+		for _, k := range ks {
 			kept = append(kept, phased{k, phase})
-			wg.Go(func() { k.run(hc, stop) })
-		}
-		if per["b1"] < need || per["b2"] < need || per["b3"] < need {
-			t.Fatalf("%s: kept-alive connections per backend %v, want %d or more on each", phase, per, need)
 		}
 		return per
 	}

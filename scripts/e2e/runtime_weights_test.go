@@ -57,25 +57,7 @@ func TestW1_WeightsChangeAtRuntime(t *testing.T) {
 	var wg sync.WaitGroup
 	stopTraffic := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	t.Cleanup(stopTraffic)
-	var kept []*keptConn
-	per := map[string]int{}
-	for i := 0; i < 60 && (per["b1"] < 2 || per["b2"] < 2 || per["b3"] < 2); i++ {
-		hc, err := dialRetry(b, web)
-		if err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
-		r, err := hc.Get("/", 2*time.Second)
-		if err != nil {
-			t.Fatalf("connection %d: first request: %v", i, err)
-		}
-		k := &keptConn{backend: r.Backend}
-		per[r.Backend]++
-		kept = append(kept, k)
-		wg.Go(func() { k.run(hc, stop) })
-	}
-	if per["b1"] < 2 || per["b2"] < 2 || per["b3"] < 2 {
-		t.Fatalf("kept-alive connections per backend %v, want 2 or more on each", per)
-	}
+	kept, _ := keepAlive(t, b, web, "kept-alive", 2, 60, &wg, stop)
 
 	// E2, E6: weight 0 takes b3 out of new connections, healthy.
 	must(t, b.SetWeight("b3", "0"))
