@@ -270,6 +270,57 @@ func UDP(tb testing.TB, src, dst netip.Addr, sport, dport uint16, payload int) [
 	return f
 }
 
+// Reflected is a frame sent to the VIP and the one that came back for it,
+// with the index in Backends of the destination MAC it came back with.
+type Reflected struct {
+	Sent, Got []byte
+	Backend   int
+}
+
+// Reflect sends n UDP frames of distinct flows (source ports 20000 up,
+// 64..1500 bytes on the wire) to VIP4 and 5 to an address that is no VIP,
+// and collects what the forwarder sends back out of X. It fails tb unless
+// every VIP frame came back exactly once, to one of Backends' MACs,
+// unchanged beyond the MACs, and nothing else came back.
+func (b *Bed) Reflect(tb testing.TB, n int) []Reflected {
+	tb.Helper()
+	sent := map[uint16][]byte{}
+	for i := range n {
+		sport := uint16(20000 + i)
+		f := UDP(tb, Client4, VIP4, sport, 53, 18+(i*97)%(1472-18+1)) // UDP payload 18..1472
+		sent[sport] = f
+		b.Send(tb, f)
+	}
+	for i := range 5 {
+		b.Send(tb, UDP(tb, Client4, netip.MustParseAddr("10.201.0.99"), uint16(30000+i), 53, 18))
+	}
+	ours := func(f []byte) bool { return len(f) > 42 && string(f[6:12]) == string(XMAC) }
+	got := b.Collect(tb, n, 5*time.Second, ours)
+	// Anything more (a duplicate, a non-VIP frame) shows up soon.
+	got = append(got, b.Collect(tb, 1, 200*time.Millisecond, ours)...)
+	var out []Reflected
+	for _, g := range got {
+		sport := uint16(g[34])<<8 | uint16(g[35])
+		in, ok := sent[sport]
+		if !ok {
+			tb.Fatalf("a frame came back that was not sent to the VIP, or twice (source port %d)", sport)
+		}
+		delete(sent, sport)
+		i := MACIndex(Backends, g[:6])
+		if i < 0 {
+			tb.Fatalf("port %d: destination MAC %x is no backend's", sport, g[:6])
+		}
+		if string(g[12:]) != string(in[12:]) {
+			tb.Fatalf("port %d: frame changed beyond the MACs", sport)
+		}
+		out = append(out, Reflected{Sent: in, Got: g, Backend: i})
+	}
+	if len(sent) > 0 {
+		tb.Fatalf("%d of %d frames did not come back", len(sent), n)
+	}
+	return out
+}
+
 // MACIndex is the index of mac in macs, -1 if absent.
 func MACIndex(macs []net.HardwareAddr, mac []byte) int {
 	for i, m := range macs {
