@@ -59,6 +59,7 @@ gobench:
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet $(PKGS)
+	$(GO) mod tidy -diff
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
 
 # Real traffic on this machine: the namespace test bed, `xlb run` on the

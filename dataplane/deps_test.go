@@ -41,6 +41,28 @@ func TestDeps_HotPathStaysSmall(t *testing.T) {
 	}
 }
 
+// TestDeps_AsavieOnlyInTests: github.com/asavie/xdp is the comparison in
+// dataplane/afxdp's tests and never carries traffic (its Transmit panics on
+// an unexpected errno and it cannot do need-wakeup), so no binary links it.
+func TestDeps_AsavieOnlyInTests(t *testing.T) {
+	const asavie = "github.com/asavie/xdp"
+	// The check sees what it looks for: the comparison tests do import it.
+	out, err := exec.Command("go", "list", "-test", "-deps", "-f", "{{.ImportPath}}", "xlb/dataplane/afxdp").Output()
+	if err != nil {
+		t.Fatalf("go list -test -deps xlb/dataplane/afxdp: %v", err)
+	}
+	if !slices.Contains(strings.Fields(string(out)), asavie) {
+		t.Fatal("go list -test -deps xlb/dataplane/afxdp does not show " + asavie)
+	}
+	for _, pkg := range []string{"xlb/cmd/xlb", "xlb/cmd/lbbench", "xlb/cmd/xlb-testserver"} {
+		for _, dep := range goListDeps(t, pkg) {
+			if dep == asavie || strings.HasPrefix(dep, asavie+"/") {
+				t.Errorf("%s links %s", pkg, dep)
+			}
+		}
+	}
+}
+
 // goListDeps returns the import paths pkg depends on, itself included.
 func goListDeps(tb testing.TB, pkg string) []string {
 	tb.Helper()

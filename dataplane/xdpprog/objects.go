@@ -29,7 +29,7 @@ var (
 )
 
 // Objects are the loaded program and its maps. The exported fields are for
-// inspection and for asavie/xdp's helper (see Asavie); change the maps
+// inspection and for asavie/xdp's helper in the comparison tests; change the maps
 // through the methods. Close releases everything; a BPF link made by Attach
 // holds its own reference to the program and must be closed separately.
 type Objects struct {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/asavie/xdp"
 	"github.com/cilium/ebpf"
 )
 
@@ -90,16 +89,4 @@ func (o *Objects) checkQueue(queue int) error {
 		return fmt.Errorf("%w: queue %d, loaded for %d", ErrQueue, queue, o.maxQueues)
 	}
 	return nil
-}
-
-// Asavie returns asavie/xdp's helper over these objects, for code that
-// drives asavie's sockets (lbbench's comparison). Its Register and
-// Unregister are sound here: they write the same two maps as RegisterSocket
-// (Queues is a hash, so Unregister's Delete works; it fails for a queue
-// that was never registered). Do not call its Attach or Detach: they use
-// the legacy netlink attachment, first removing whatever program the
-// interface has, and sleep-poll until it is gone; use Attach. Its Close
-// closes these objects' program and maps (harmlessly again in Close).
-func (o *Objects) Asavie() *xdp.Program {
-	return &xdp.Program{Program: o.Program, Queues: o.Queues, Sockets: o.Sockets}
 }

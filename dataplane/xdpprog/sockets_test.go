@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/asavie/xdp"
 	"github.com/google/gopacket/layers"
 	"golang.org/x/sys/unix"
 )
@@ -77,7 +78,7 @@ func TestSockets_Asavie(t *testing.T) {
 	setVIPs(t, o, vip6)
 	ns := newTestNS(t, 1)
 	s := newXSK(t, ns, ns.In, 0)
-	p := o.Asavie()
+	p := asavieProgram(o)
 	frame := v6(t, nil, vip6, layers.IPProtocolUDP, nil)
 
 	if err := p.Register(0, s.fd); err != nil {
@@ -91,6 +92,18 @@ func TestSockets_Asavie(t *testing.T) {
 		t.Fatalf("asavie Unregister: %v", err) // fails on asavie's own Array map
 	}
 	run(t, o, frame, xdpPass, statPassedNoSocket)
+}
+
+// asavieProgram is asavie/xdp's helper over our objects, as code that
+// drives asavie's sockets would build it (the comparison in dataplane/afxdp).
+// Its Register and Unregister are sound here: they write the same two maps
+// as RegisterSocket (Queues is a hash, so Unregister's Delete works; it
+// fails for a queue that was never registered). Its Attach and Detach are
+// not: they use the legacy netlink attachment, first removing whatever
+// program the interface has, and sleep-poll until it is gone. asavie/xdp is
+// a test-only dependency; production code never builds one.
+func asavieProgram(o *Objects) *xdp.Program {
+	return &xdp.Program{Program: o.Program, Queues: o.Queues, Sockets: o.Sockets}
 }
 
 func TestObjects_Closed(t *testing.T) {
