@@ -4,6 +4,7 @@
 #
 #   usage: testbed.sh up   [--prefix P] [--clients K] [--backends N] [--failover M]
 #                          [--queues Q] [--weights W1,W2,...] [--no-servers]
+#                          [--instances I]
 #          testbed.sh down [--prefix P]
 #          testbed.sh status [--prefix P]
 #          testbed.sh start-server [--prefix P] --backend I
@@ -64,6 +65,25 @@
 #   files and logs are in /run/xlb-testbed-P/. The binary is
 #   $XLB_TESTSERVER, or built there with `go build`.
 #
+# The fleet bed (--instances I, 1..8): a router between the clients and I
+# balancer instances, instead of the one balancer above.
+#
+#     [ns P-c1] 10.98.0.101 --- bridge P-cbr --- P-rceth 10.98.0.1   [ns P-r]
+#                                                P-reth  10.97.0.1   BIRD 2
+#     bridge P-br: P-reth, P-l1eth 10.97.0.2 [ns P-l1] ... P-lIeth [ns P-lI],
+#                  and the backends P-b1eth ... as above
+#
+#   Every instance P-lJ has one interface P-lJeth (Q queues; MAC
+#   02:97:00:00:01:0J) with 10.97.0.(1+J) and fd00:97::(1+J), and blackhole
+#   routes for the VIPs like P-lb; an xlb run in it announces the VIPs over
+#   BGP (AS 65010) to the router (10.97.0.1, AS 65000). The router (MACs
+#   02:97:00:00:00:01, 02:98:00:00:01:00) forwards, runs BIRD with
+#   scripts/bird/bird.conf plus one session per instance, and installs what
+#   the instances announce as ECMP routes (merge paths) hashed on layer 4
+#   (fib_multipath_hash_policy=1, both families). Clients route everything
+#   via the router; backends send their replies (DSR) to the router too. Its
+#   control socket is $RUN/bird.ctl (birdc -s), its log $RUN/bird.log.
+#
 # start-server starts backend I's server again (after a test killed it),
 # with the bed's ports and its weight file as they are; a running server is
 # left alone.
@@ -81,6 +101,7 @@ usage() {
 	cat >&2 <<-EOF
 	usage: $PROG up   [--prefix P] [--clients K] [--backends N] [--failover M]
 	                     [--queues Q] [--weights W1,W2,...] [--no-servers]
+	                     [--instances I]
 	       $PROG down [--prefix P]
 	       $PROG status [--prefix P]
 	       $PROG start-server [--prefix P] --backend I
@@ -102,12 +123,22 @@ backend4() { echo "10.97.0.$((10 + $1))"; }
 backend6() { echo "fd00:97::$((10 + $1))"; }
 backendmac() { printf '02:97:00:00:00:%02x' "$((10 + $1))"; }
 LBMAC=02:97:00:00:00:02
+# The fleet bed: the router and the instances.
+R4B=10.97.0.1
+R6B=fd00:97::1
+R4C=10.98.0.1
+R6C=fd00:98::1
+RMACB=02:97:00:00:00:01
+RMACC=02:98:00:00:01:00
+instance4() { echo "10.97.0.$((1 + $1))"; }
+instance6() { echo "fd00:97::$((1 + $1))"; }
+instancemac() { printf '02:97:00:00:01:%02x' "$1"; }
 
 # --- arguments -------------------------------------------------------------
 [ $# -ge 1 ] || usage
 CMD=$1
 shift
-PREFIX=xlbt CLIENTS=1 BACKENDS=3 FAILOVER=1 QUEUES=2 WEIGHTS="" SERVERS=1 BACKEND=
+PREFIX=xlbt CLIENTS=1 BACKENDS=3 FAILOVER=1 QUEUES=2 WEIGHTS="" SERVERS=1 BACKEND= INSTANCES=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--prefix) PREFIX=${2-}; shift 2 || usage ;;
@@ -118,6 +149,7 @@ while [ $# -gt 0 ]; do
 	--weights) WEIGHTS=${2-}; shift 2 || usage ;;
 	--no-servers) SERVERS=0; shift ;;
 	--backend) BACKEND=${2-}; shift 2 || usage ;;
+	--instances) INSTANCES=${2-}; shift 2 || usage ;;
 	-h | --help) usage ;;
 	*) echo "$PROG: unknown argument $1" >&2; usage ;;
 	esac
@@ -132,6 +164,7 @@ isnum --clients "$CLIENTS" 1 9
 isnum --backends "$BACKENDS" 1 49
 isnum --failover "$FAILOVER" 0 $((50 - BACKENDS))
 isnum --queues "$QUEUES" 1 16
+isnum --instances "$INSTANCES" 0 8
 NB=$((BACKENDS + FAILOVER))
 IFS=, read -r -a WEIGHT <<<"$WEIGHTS"
 if [ -n "$WEIGHTS" ]; then
@@ -144,6 +177,9 @@ UDP_PORTS=${TB_UDP_PORTS-53}
 [ "$(id -u)" -eq 0 ] ||
 	die "must run as root: namespaces, veths, a bridge and sysctls need CAP_NET_ADMIN and CAP_SYS_ADMIN (try: sudo $0 $CMD ...)"
 command -v ip >/dev/null || die "needs iproute2 (ip)"
+if [ "$CMD" = up ] && [ "$INSTANCES" -gt 0 ]; then
+	command -v bird >/dev/null || die "--instances needs BIRD 2 as the router (Debian: apt-get install bird2)"
+fi
 
 RUN=/run/xlb-testbed-$PREFIX
 SW=$PREFIX-sw
@@ -165,15 +201,71 @@ ensure_ns() {
 		net.ipv6.conf.lo.accept_dad=0
 }
 
-# veth NS NAME PEER MAC QUEUES: NAME in NS, PEER a port of the bridge.
+# veth NS NAME PEER MAC QUEUES [BRIDGE]: NAME in NS, PEER a port of the
+# bridge (P-br unless BRIDGE says otherwise).
 veth() {
-	local ns=$1 name=$2 peer=$3 mac=$4 q=$5
+	local ns=$1 name=$2 peer=$3 mac=$4 q=$5 br=${6:-$PREFIX-br}
 	if ! linkexists "$ns" "$name"; then
 		ip link add "$name" netns "$ns" address "$mac" numtxqueues "$q" numrxqueues "$q" type veth \
 			peer name "$peer" netns "$SW" numtxqueues "$q" numrxqueues "$q"
 	fi
-	ip -n "$SW" link set "$peer" master "$PREFIX-br" up
+	ip -n "$SW" link set "$peer" master "$br" up
 	ip -n "$ns" link set "$name" up
+}
+
+# balancer NS IFACE PEER MAC: a balancer's namespace and its one interface.
+# Without xlb it neither owns the VIPs nor forwards: VIP traffic is dropped
+# silently by blackhole routes.
+balancer() {
+	local ns=$1
+	ensure_ns "$ns"
+	ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=0 net.ipv6.conf.all.forwarding=0 \
+		net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.default.send_redirects=0
+	veth "$ns" "$2" "$3" "$4" "$QUEUES"
+	ip -n "$ns" route replace blackhole "$VIP4/32"
+	ip -n "$ns" -6 route replace blackhole "$VIP6/128"
+}
+
+# router: the fleet's router namespace, forwarding between the clients'
+# bridge and the segment, with BIRD peering with every instance.
+router() {
+	local ns=$PREFIX-r j
+	ensure_ns "$ns"
+	ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 \
+		net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.default.send_redirects=0 \
+		net.ipv4.fib_multipath_hash_policy=1 net.ipv6.fib_multipath_hash_policy=1
+	veth "$ns" "$PREFIX-reth" "$PREFIX-rsw" "$RMACB" 1
+	veth "$ns" "$PREFIX-rceth" "$PREFIX-rcsw" "$RMACC" 1 "$PREFIX-cbr"
+	ip -n "$ns" addr replace "$R4B/24" dev "$PREFIX-reth"
+	ip -n "$ns" addr replace "$R6B/64" dev "$PREFIX-reth" nodad
+	ip -n "$ns" addr replace "$R4C/24" dev "$PREFIX-rceth"
+	ip -n "$ns" addr replace "$R6C/64" dev "$PREFIX-rceth" nodad
+	# The repo's router configuration, then this bed's sessions.
+	{
+		cat "$ROOT/scripts/bird/bird.conf"
+		echo
+		echo "# Generated by testbed.sh for prefix $PREFIX."
+		echo "log \"$RUN/bird.log\" all;"
+		echo "router id $R4B;"
+		for j in $(seq "$INSTANCES"); do
+			echo "protocol bgp l$j from xlb_instance { neighbor $(instance4 "$j") as 65010; }"
+		done
+	} >"$RUN/bird.conf"
+	if ! alive_bird; then
+		rm -f "$RUN/bird.pid" "$RUN/bird.ctl"
+		ip netns exec "$ns" bird -c "$RUN/bird.conf" -s "$RUN/bird.ctl" -P "$RUN/bird.pid" </dev/null >>"$RUN/bird.log" 2>&1 ||
+			die "bird did not start (log: $RUN/bird.log; config: $RUN/bird.conf)"
+	else
+		ip netns exec "$ns" birdc -s "$RUN/bird.ctl" configure >/dev/null ||
+			die "bird: reconfigure failed (config: $RUN/bird.conf)"
+	fi
+}
+
+# alive_bird: the bed's BIRD runs (its pid file names a bird process).
+alive_bird() {
+	local pid
+	pid=$(cat "$RUN/bird.pid" 2>/dev/null) || return 1
+	[[ "$pid" =~ ^[0-9]+$ ]] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = bird ]
 }
 
 testserver_bin() {
@@ -254,17 +346,28 @@ up() {
 		ip -n "$SW" link add "$PREFIX-br" type bridge stp_state 0 mcast_snooping 0
 	ip -n "$SW" link set "$PREFIX-br" up
 
-	# The balancer: one interface, both subnets. It forwards nothing itself.
-	ensure_ns "$LB"
-	ip netns exec "$LB" sysctl -qw net.ipv4.ip_forward=0 net.ipv6.conf.all.forwarding=0 \
-		net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.default.send_redirects=0
-	veth "$LB" "$PREFIX-lbeth" "$PREFIX-lbsw" "$LBMAC" "$QUEUES"
-	ip -n "$LB" route replace blackhole "$VIP4/32"
-	ip -n "$LB" -6 route replace blackhole "$VIP6/128"
-	ip -n "$LB" addr replace "$LB4C/24" dev "$PREFIX-lbeth"
-	ip -n "$LB" addr replace "$LB4B/24" dev "$PREFIX-lbeth"
-	ip -n "$LB" addr replace "$LB6C/64" dev "$PREFIX-lbeth" nodad
-	ip -n "$LB" addr replace "$LB6B/64" dev "$PREFIX-lbeth" nodad
+	if [ "$INSTANCES" -eq 0 ]; then
+		# The balancer: one interface, both subnets. It forwards nothing itself.
+		balancer "$LB" "$PREFIX-lbeth" "$PREFIX-lbsw" "$LBMAC"
+		ip -n "$LB" addr replace "$LB4C/24" dev "$PREFIX-lbeth"
+		ip -n "$LB" addr replace "$LB4B/24" dev "$PREFIX-lbeth"
+		ip -n "$LB" addr replace "$LB6C/64" dev "$PREFIX-lbeth" nodad
+		ip -n "$LB" addr replace "$LB6B/64" dev "$PREFIX-lbeth" nodad
+		CBR=$PREFIX-br
+	else
+		# The clients' own segment, behind the router.
+		linkexists "$SW" "$PREFIX-cbr" ||
+			ip -n "$SW" link add "$PREFIX-cbr" type bridge stp_state 0 mcast_snooping 0
+		ip -n "$SW" link set "$PREFIX-cbr" up
+		CBR=$PREFIX-cbr
+		for j in $(seq "$INSTANCES"); do
+			ns=$PREFIX-l$j
+			balancer "$ns" "$PREFIX-l${j}eth" "$PREFIX-l${j}sw" "$(instancemac "$j")"
+			ip -n "$ns" addr replace "$(instance4 "$j")/24" dev "$PREFIX-l${j}eth"
+			ip -n "$ns" addr replace "$(instance6 "$j")/64" dev "$PREFIX-l${j}eth" nodad
+		done
+		router
+	fi
 
 	for i in $(seq "$CLIENTS"); do
 		ns=$PREFIX-c$i
@@ -272,13 +375,18 @@ up() {
 		ip netns exec "$ns" sysctl -qw net.ipv4.conf.all.accept_redirects=0 \
 			net.ipv4.conf.default.accept_redirects=0 net.ipv6.conf.all.accept_redirects=0 \
 			net.ipv6.conf.default.accept_redirects=0
-		veth "$ns" "$PREFIX-c${i}eth" "$PREFIX-c${i}sw" "$(clientmac "$i")" 1
+		veth "$ns" "$PREFIX-c${i}eth" "$PREFIX-c${i}sw" "$(clientmac "$i")" 1 "$CBR"
 		ip -n "$ns" addr replace "$(client4 "$i")/24" dev "$PREFIX-c${i}eth"
 		ip -n "$ns" addr replace "$(client6 "$i")/64" dev "$PREFIX-c${i}eth" nodad
-		ip -n "$ns" route replace "$VIP4/32" via "$LB4C" dev "$PREFIX-c${i}eth"
-		ip -n "$ns" -6 route replace "$VIP6/128" via "$LB6C" dev "$PREFIX-c${i}eth"
-		ip -n "$ns" route replace 10.97.0.0/24 dev "$PREFIX-c${i}eth"
-		ip -n "$ns" -6 route replace fd00:97::/64 dev "$PREFIX-c${i}eth"
+		if [ "$INSTANCES" -eq 0 ]; then
+			ip -n "$ns" route replace "$VIP4/32" via "$LB4C" dev "$PREFIX-c${i}eth"
+			ip -n "$ns" -6 route replace "$VIP6/128" via "$LB6C" dev "$PREFIX-c${i}eth"
+			ip -n "$ns" route replace 10.97.0.0/24 dev "$PREFIX-c${i}eth"
+			ip -n "$ns" -6 route replace fd00:97::/64 dev "$PREFIX-c${i}eth"
+		else
+			ip -n "$ns" route replace default via "$R4C" dev "$PREFIX-c${i}eth"
+			ip -n "$ns" -6 route replace default via "$R6C" dev "$PREFIX-c${i}eth"
+		fi
 	done
 
 	for i in $(seq "$NB"); do
@@ -290,15 +398,26 @@ up() {
 		ip -n "$ns" addr replace "$(backend6 "$i")/64" dev "$PREFIX-b${i}eth" nodad
 		ip -n "$ns" addr replace "$VIP4/32" dev lo
 		ip -n "$ns" addr replace "$VIP6/128" dev lo nodad
-		ip -n "$ns" route replace 10.98.0.0/24 dev "$PREFIX-b${i}eth"
-		ip -n "$ns" -6 route replace fd00:98::/64 dev "$PREFIX-b${i}eth"
+		if [ "$INSTANCES" -eq 0 ]; then
+			ip -n "$ns" route replace 10.98.0.0/24 dev "$PREFIX-b${i}eth"
+			ip -n "$ns" -6 route replace fd00:98::/64 dev "$PREFIX-b${i}eth"
+		else
+			ip -n "$ns" route replace 10.98.0.0/24 via "$R4B" dev "$PREFIX-b${i}eth"
+			ip -n "$ns" -6 route replace fd00:98::/64 via "$R6B" dev "$PREFIX-b${i}eth"
+		fi
 	done
 
 	bin=$(testserver_bin)
 	for i in $(seq "$CLIENTS"); do
 		ip netns exec "$PREFIX-c$i" "$bin" offload-off "$PREFIX-c${i}eth"
 	done
-	ip netns exec "$SW" "$bin" offload-off "$PREFIX-lbsw"
+	if [ "$INSTANCES" -eq 0 ]; then
+		ip netns exec "$SW" "$bin" offload-off "$PREFIX-lbsw"
+	else
+		for j in $(seq "$INSTANCES"); do
+			ip netns exec "$SW" "$bin" offload-off "$PREFIX-l${j}sw"
+		done
+	fi
 	if [ "$SERVERS" = 1 ]; then
 		for i in $(seq "$NB"); do
 			# The weight a server starts with; a running one keeps its own.
@@ -312,8 +431,13 @@ up() {
 			start_server "$i" "$bin"
 		done
 	fi
-	echo "$PROG: up: prefix $PREFIX, clients $CLIENTS, backends $BACKENDS + failover $FAILOVER," \
-		"balancer interface $PREFIX-lbeth in $LB ($QUEUES queues), VIPs $VIP4 $VIP6"
+	if [ "$INSTANCES" -eq 0 ]; then
+		echo "$PROG: up: prefix $PREFIX, clients $CLIENTS, backends $BACKENDS + failover $FAILOVER," \
+			"balancer interface $PREFIX-lbeth in $LB ($QUEUES queues), VIPs $VIP4 $VIP6"
+	else
+		echo "$PROG: up: prefix $PREFIX, clients $CLIENTS, backends $BACKENDS + failover $FAILOVER," \
+			"router $PREFIX-r (BIRD, AS 65000), instances $PREFIX-l1..$PREFIX-l$INSTANCES (AS 65010, $QUEUES queues), VIPs $VIP4 $VIP6"
+	fi
 }
 
 # --- start-server ----------------------------------------------------------------
@@ -331,10 +455,11 @@ down() {
 	# Servers first: a namespace whose name is gone lives on while a
 	# process is inside it.
 	pids=()
-	for f in "$RUN"/*.pid; do
+	for f in "$RUN"/b[0-9]*.pid; do
 		[ -e "$f" ] || continue
 		alive "$f" && pids+=("$(cat "$f")")
 	done
+	alive_bird && pids+=("$(cat "$RUN/bird.pid")")
 	stop "${pids[@]}"
 	for ns in $(ourns); do
 		# shellcheck disable=SC2046
@@ -363,7 +488,11 @@ status() {
 		{ ip -n "$ns" -4 route show; ip -n "$ns" -6 route show; } |
 			grep -v -e 'proto kernel' -e '^fe80::/64' -e '^multicast' | sed 's/^/   route /' || true
 	done
-	for f in "$RUN"/*.pid; do
+	if alive_bird; then
+		echo "== router (birdc -s $RUN/bird.ctl)"
+		ip netns exec "$PREFIX-r" birdc -s "$RUN/bird.ctl" show protocols | sed 's/^/   /' || true
+	fi
+	for f in "$RUN"/b[0-9]*.pid; do
 		[ -e "$f" ] || continue
 		if alive "$f"; then
 			echo "server $(basename "$f" .pid): pid $(cat "$f")"

@@ -19,6 +19,21 @@ var (
 	LBBackendSide4 = netip.MustParseAddr("10.97.0.2")
 	LBBackendSide6 = netip.MustParseAddr("fd00:97::2")
 	LBMAC          = net.HardwareAddr{0x02, 0x97, 0, 0, 0, 0x02}
+
+	// The fleet bed's router: its address on the instances' and backends'
+	// segment (the instances' BGP neighbor, the backends' way back to the
+	// clients) and on the clients' (their default route).
+	RouterSegment4    = netip.MustParseAddr("10.97.0.1")
+	RouterSegment6    = netip.MustParseAddr("fd00:97::1")
+	RouterClientSide4 = netip.MustParseAddr("10.98.0.1")
+	RouterClientSide6 = netip.MustParseAddr("fd00:98::1")
+)
+
+// The fleet bed's AS numbers: the router's (BIRD), and the one every
+// instance shares.
+const (
+	RouterASN   = 65000
+	InstanceASN = 65010
 )
 
 // Ports the backends' servers listen on, IPv4 and IPv6.
@@ -64,6 +79,30 @@ func backendHost(prefix string, i int) Host {
 		MAC:   net.HardwareAddr{0x02, 0x97, 0, 0, 0, byte(10 + i)},
 		Addr4: netip.AddrFrom4([4]byte{10, 97, 0, byte(10 + i)}),
 		Addr6: netip.MustParseAddr(fmt.Sprintf("fd00:97::%d", 10+i)),
+	}
+}
+
+// instanceHost is the fleet bed's balancer instance i (1..8).
+func instanceHost(prefix string, i int) Host {
+	return Host{
+		Name:  fmt.Sprintf("l%d", i),
+		NS:    fmt.Sprintf("%s-l%d", prefix, i),
+		Iface: fmt.Sprintf("%s-l%deth", prefix, i),
+		MAC:   net.HardwareAddr{0x02, 0x97, 0, 0, 0x01, byte(i)},
+		Addr4: netip.AddrFrom4([4]byte{10, 97, 0, byte(1 + i)}),
+		Addr6: netip.MustParseAddr(fmt.Sprintf("fd00:97::%d", 1+i)),
+	}
+}
+
+// routerHost is the fleet bed's router, by its interface on the segment.
+func routerHost(prefix string) Host {
+	return Host{
+		Name:  "r",
+		NS:    prefix + "-r",
+		Iface: prefix + "-reth",
+		MAC:   net.HardwareAddr{0x02, 0x97, 0, 0, 0, 0x01},
+		Addr4: RouterSegment4,
+		Addr6: RouterSegment6,
 	}
 }
 

@@ -26,6 +26,10 @@ type Options struct {
 	Weights  []int // one per backend, reported by /healthz; nil: no weight header
 	// NoServers leaves the backends without xlb-testserver.
 	NoServers bool
+	// Instances, when 1..8, makes the fleet bed: a router (BIRD) between
+	// the clients and that many balancer instances instead of the one
+	// balancer. It needs BIRD 2 (bird, birdc).
+	Instances int
 }
 
 var prefixRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,7}$`)
@@ -54,6 +58,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("testbed: %d+%d backends: want 1-50 in all", o.Backends, o.Failover)
 	case o.Queues < 1 || o.Queues > 16:
 		return o, fmt.Errorf("testbed: %d queues: want 1-16", o.Queues)
+	case o.Instances < 0 || o.Instances > 8:
+		return o, fmt.Errorf("testbed: %d instances: want 0 (one balancer) or 1-8 (the fleet bed)", o.Instances)
 	case o.Weights != nil && len(o.Weights) != o.Backends+o.Failover:
 		return o, fmt.Errorf("testbed: %d weights for %d backends", len(o.Weights), o.Backends+o.Failover)
 	}
@@ -82,16 +88,23 @@ func (o Options) args() []string {
 	if o.NoServers {
 		a = append(a, "--no-servers")
 	}
+	if o.Instances > 0 {
+		a = append(a, "--instances", strconv.Itoa(o.Instances))
+	}
 	return a
 }
 
 // Bed is a running test bed.
 type Bed struct {
-	Opts     Options // with defaults filled in
-	LB       Host    // Iface is where xlb attaches
-	Clients  []Host
-	Backends []Backend
-	RunDir   string // pid files and server logs
+	Opts Options // with defaults filled in
+	// LB is the one balancer; Iface is where xlb attaches. In the fleet
+	// bed it is the zero Host, and Instances and Router are set instead.
+	LB        Host
+	Instances []Host // the fleet bed's balancer instances l1, l2, ...
+	Router    Host   // the fleet bed's router, by its segment interface
+	Clients   []Host
+	Backends  []Backend
+	RunDir    string // pid files and server logs
 
 	script string
 }
@@ -111,6 +124,12 @@ func Up(tb testing.TB, opts Options) *Bed {
 	}
 	if _, err := os.Stat("/proc/sys/net/ipv6"); err != nil {
 		tb.Skip("testbed: kernel without IPv6 (no /proc/sys/net/ipv6)")
+	}
+	if b.Opts.Instances > 0 {
+		// .ci/run installs bird2; a developer's machine may lack it.
+		if _, err := exec.LookPath("bird"); err != nil {
+			tb.Fatal("testbed: the fleet bed needs BIRD 2 as its router (bird, birdc; Debian: apt-get install bird2)")
+		}
 	}
 	if err := b.Down(); err != nil {
 		tb.Fatal(err)
@@ -142,7 +161,15 @@ func newBed(opts Options) (*Bed, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Bed{Opts: o, LB: lbHost(o.Prefix), RunDir: "/run/xlb-testbed-" + o.Prefix, script: script}
+	b := &Bed{Opts: o, RunDir: "/run/xlb-testbed-" + o.Prefix, script: script}
+	if o.Instances == 0 {
+		b.LB = lbHost(o.Prefix)
+	} else {
+		b.Router = routerHost(o.Prefix)
+		for i := 1; i <= o.Instances; i++ {
+			b.Instances = append(b.Instances, instanceHost(o.Prefix, i))
+		}
+	}
 	for i := 1; i <= o.Clients; i++ {
 		b.Clients = append(b.Clients, clientHost(o.Prefix, i))
 	}
@@ -166,6 +193,12 @@ func (b *Bed) Down() error {
 // Status is the script's status report.
 func (b *Bed) Status() (string, error) {
 	return b.run("status", "--prefix", b.Opts.Prefix)
+}
+
+// BirdC runs birdc against the fleet bed's router (`birdc show route`, ...)
+// and returns its output.
+func (b *Bed) BirdC(args ...string) (string, error) {
+	return Exec(b.Router.NS, append([]string{"birdc", "-s", filepath.Join(b.RunDir, "bird.ctl")}, args...)...)
 }
 
 // Backend returns the backend named name (b1, ...), or nil.

@@ -381,6 +381,7 @@ func TestScriptRefuses(t *testing.T) {
 		{"prefix with a dash", []string{"down", "--prefix", "a-b"}, false, 1, "--prefix must be"},
 		{"too many clients", []string{"up", "--clients", "10"}, false, 1, "--clients must be a number from 1 to 9"},
 		{"weights do not match", []string{"up", "--weights", "1,2"}, false, 1, "--weights needs 4 values"},
+		{"too many instances", []string{"up", "--instances", "9"}, false, 1, "--instances must be a number from 0 to 8"},
 		{"not root", []string{"status", "--prefix", "tbnr"}, true, 1, "must run as root"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -410,6 +411,7 @@ func TestOptions(t *testing.T) {
 		{}, {Prefix: "Upper"}, {Prefix: "1abc"}, {Prefix: "abcdefghi"}, {Prefix: "a-b"},
 		{Prefix: "a", Clients: 10}, {Prefix: "a", Backends: 50}, {Prefix: "a", Failover: -2},
 		{Prefix: "a", Queues: 17}, {Prefix: "a", Weights: []int{1}}, {Prefix: "a", Weights: []int{1, 1, -1, 1}},
+		{Prefix: "a", Instances: 9}, {Prefix: "a", Instances: -1},
 	} {
 		if _, err := bad.withDefaults(); err == nil {
 			t.Errorf("%+v: accepted", bad)
@@ -437,6 +439,20 @@ func TestOptions(t *testing.T) {
 	}
 	if got := strings.Join(b.Opts.args(), " "); got != "--prefix ab1 --clients 1 --backends 2 --failover 2 --queues 2 --weights 5,6,7,8" {
 		t.Errorf("script args: %s", got)
+	}
+	f, err := newBed(Options{Prefix: "ab2", Instances: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.LB.NS != "" || len(f.Instances) != 2 || f.Router.NS != "ab2-r" || f.Router.Addr4 != RouterSegment4 {
+		t.Errorf("fleet bed: LB %+v, instances %+v, router %+v", f.LB, f.Instances, f.Router)
+	}
+	if in := f.Instances[1]; in.NS != "ab2-l2" || in.Iface != "ab2-l2eth" || in.Addr4.String() != "10.97.0.3" ||
+		in.Addr6.String() != "fd00:97::3" || in.MAC.String() != "02:97:00:00:01:02" {
+		t.Errorf("instance 2: %+v", in)
+	}
+	if got := strings.Join(f.Opts.args(), " "); !strings.HasSuffix(got, " --instances 2") {
+		t.Errorf("fleet script args: %s", got)
 	}
 }
 
