@@ -268,6 +268,26 @@ func TestS5_IdenticalChoicesAcrossInstances(t *testing.T) {
 		}
 	}
 	t.Logf("S5: %d flows, identical backends on both instances", len(flows))
+
+	// The fingerprint an operator compares across a fleet agrees too, and
+	// tells the instances apart as soon as their health views differ.
+	fa, fb := snapA.Fingerprint(sa), snapB.Fingerprint(sb)
+	if fa != fb || len(fa) != 16 {
+		t.Fatalf("fingerprints %q and %q, want the same 16 hex digits", fa, fb)
+	}
+	b.Health("b2", false)
+	if fb2 := b.CP.Snapshot().Fingerprint(service(b, "web")); fb2 == fa {
+		t.Errorf("b2 down on one instance only: fingerprints still equal (%s)", fa)
+	}
+	b.Weight("b6", 641)
+	b.Health("b2", true)
+	if fb3 := b.CP.Snapshot().Fingerprint(service(b, "web")); fb3 == fa {
+		t.Errorf("b6 weighted 641 on one instance only: fingerprints still equal (%s)", fa)
+	}
+	b.Weight("b6", 640)
+	if fb4 := b.CP.Snapshot().Fingerprint(service(b, "web")); fb4 != fa {
+		t.Errorf("views agree again: fingerprints %s and %s", fa, fb4)
+	}
 }
 
 func TestS6_EmptySetDroppedAndCountedPerService(t *testing.T) {
