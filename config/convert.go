@@ -8,8 +8,9 @@ import (
 	"strings"
 )
 
-// Defaults and limits of the schema. Limits that CONFIG.md and SPEC.md do not
-// fix follow Google Cloud's for the same field, or merely keep values sane.
+// Defaults and limits of the schema (docs/config.md lists them all). Limits
+// that the rules (docs/rules.md) do not fix follow Google Cloud's for the
+// same field, or merely keep values sane.
 const (
 	defaultFrameSize         = 4096
 	defaultRingSize          = 2048
@@ -377,7 +378,7 @@ func (c *converter) hostAddr(path, s string) netip.Addr {
 }
 
 // parseMAC accepts exactly xx:xx:xx:xx:xx:xx (either case), the one form
-// CONFIG.md shows; net.ParseMAC would also take other lengths and separators.
+// docs/config.md shows; net.ParseMAC would also take other lengths and separators.
 func parseMAC(s string) (hw [6]byte, ok bool) {
 	if len(s) != 17 {
 		return hw, false

@@ -1,4 +1,4 @@
-// Package config reads the TOML file users write (shared/CONFIG.md), fills in
+// Package config reads the TOML file users write (docs/config.md), fills in
 // defaults and validates it into a Config that nothing downstream can get
 // wrong. Load and Parse return every problem at once as Errors; each names
 // the file, the line and the field path, such as

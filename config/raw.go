@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// The raw* types mirror the TOML schema of shared/CONFIG.md. Tables are
+// The raw* types mirror the TOML schema of docs/config.md. Tables are
 // structs so that the decoder walks them; every leaf is a val, which takes any
 // TOML value. Types are checked during conversion instead of by the decoder,
 // because the decoder stops at the first mismatch and names it without array

@@ -10,7 +10,7 @@ import (
 	"xlb/bench/report"
 )
 
-// Targets of the issue.
+// Our targets (docs/performance-targets.md).
 const (
 	targetEngineNs = 60 // ns per established packet at 1M live flows
 	targetLookupNs = 50 // ns per conntrack hit on a 1M table
@@ -175,7 +175,7 @@ func (res *Result) Report() report.Report {
 	return r
 }
 
-// targets compares the headline figures with the issue's targets.
+// targets compares the headline figures with our targets.
 func (res *Result) targets() []report.Target {
 	h := res.Headline
 	at := count(h) + " live flows"

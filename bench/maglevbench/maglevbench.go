@@ -120,7 +120,8 @@ type WeightedResult struct {
 	Set     string   `json:"set"`
 	Weights []uint32 `json:"-"`
 	WeightedBalance
-	// Dense says M ≥ 100·N, where the issue asks for shares within 1 %.
+	// Dense says M ≥ 100·N, where our target wants shares within 1 %
+	// (docs/performance-targets.md).
 	Dense bool `json:"dense"`
 }
 

@@ -9,7 +9,7 @@ import (
 	"xlb/bench/report"
 )
 
-// The targets.
+// Our targets (docs/performance-targets.md).
 const (
 	targetWeightedRelError = 0.01 // weighted shares within 1 % of ideal, M ≥ 100·N
 	targetRemovalRatio     = 1.5  // entries changed on one removal ≤ 1.5 × the minimum
@@ -156,7 +156,7 @@ func (r *Result) charts() []report.Chart {
 	return []report.Chart{imb, build, perEntry, dis}
 }
 
-// Targets compares r with the targets.
+// Targets compares r with our targets (docs/performance-targets.md).
 func (r *Result) Targets() []report.Target {
 	var ts []report.Target
 

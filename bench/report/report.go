@@ -15,7 +15,8 @@ type Report struct {
 	Tables []Table `json:"tables"`
 	// Charts are drawn by --plot DIR, one SVG file per chart.
 	Charts []Chart `json:"charts,omitempty"`
-	// Targets compares figures with the issue's targets (met or not).
+	// Targets compares figures with our targets (met or not;
+	// docs/performance-targets.md lists them).
 	Targets []Target `json:"targets,omitempty"`
 	// Notes are free lines printed after the tables (where the time goes,
 	// what was skipped and why).
@@ -61,7 +62,7 @@ type Series struct {
 	Y    []float64 `json:"y"`
 }
 
-// Target is one of the issue's targets next to the measured figure.
+// Target is one of our targets next to the measured figure.
 type Target struct {
 	Name     string  `json:"name"`     // "engine ns/pkt, established, 1M flows"
 	Want     string  `json:"want"`     // "<= 60"

@@ -131,7 +131,7 @@ func TestCheck_ValidFilePrintsSummary(t *testing.T) {
 
 // TestCheck_InvalidFileNamesFileLineAndField breaks the valid test
 // configuration one way at a time. Every error must name the file, the line
-// of the broken text and the field path (CONFIG.md), and exit 1.
+// of the broken text and the field path (docs/config.md), and exit 1.
 func TestCheck_InvalidFileNamesFileLineAndField(t *testing.T) {
 	base := readFile(t, cli("xlb.toml"))
 	tests := []struct {
@@ -221,7 +221,7 @@ type simLine struct {
 }
 
 // simJSON runs `xlb sim` on a scenario of testdata/cli and checks the output
-// format of sim-format.md: one JSON line per packet event, in input order,
+// format of docs/sim-format.md: one JSON line per packet event, in input order,
 // echoing id and t, with the required fields of each verdict.
 func simJSON(tb testing.TB, scenario string) (map[string]simLine, outcome) {
 	tb.Helper()

@@ -1,5 +1,5 @@
 // Package neigh answers, for the balancer's interface, which destination MAC
-// a frame for a backend gets (issue 3, "Where frames go"): for L2_DSR the
+// a frame for a backend gets: for L2_DSR the
 // backend's own MAC from the kernel neighbour table (the backend must be
 // on-link), for IPIP/GUE the MAC of the next hop a route lookup picks
 // (the gateway, or the backend itself when on-link), together with the

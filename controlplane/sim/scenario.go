@@ -1,4 +1,4 @@
-// Package sim replays `xlb sim` scenarios (shared/sim-format.md) through the
+// Package sim replays `xlb sim` scenarios (docs/sim-format.md) through the
 // real engine: each packet event becomes a real frame that the real parser,
 // rule lookup, conntrack, eligible-set and Maglev code decide on a virtual
 // clock; reload events go through the same load-validate-diff-apply path as

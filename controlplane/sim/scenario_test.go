@@ -1,6 +1,6 @@
 package sim_test
 
-// The scenario format of shared/sim-format.md is an external interface:
+// The scenario format of docs/sim-format.md is an external interface:
 // these tests pin its parsing rules and the required output fields.
 
 import (

@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Our socket against github.com/asavie/xdp v0.3.3, the library the issue
-// replaced it with, on the same veth pair, redirect program (asavie's
+// Our socket against github.com/asavie/xdp v0.3.3, the library our own
+// socket layer replaced, on the same veth pair, redirect program (asavie's
 // socket goes into our XSKMAP) and geometry (asavieOpts): the benchmarks
 // give the numbers, the TestAsavie_ tests show the defects that made us
 // write our own. Both bind in copy mode: veth has no zero-copy AF_XDP.

@@ -184,7 +184,7 @@ func TestReload(t *testing.T) {
 			// 3 s lets the kernel retransmit a SYN once (after 1 s): a
 			// connection fails only if the balancer loses it twice. One CI run
 			// under full load saw a single new connection time out at 1 s;
-			// the cause is under investigation (issue 4 notes).
+			// the cause is not known yet.
 			r, err := testbed.HTTPGet(c.NS, web, "/", 3*time.Second)
 			nmu.Lock()
 			fresh = append(fresh, newConn{at, r.Backend, err})
