@@ -8,7 +8,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"xlb/bench/internal/nsx"
+	"xlb/internal/nsx"
 	"xlb/bench/xdp/gen"
 	"xlb/bench/xdp/sink"
 	"xlb/bench/xdp/topo"

@@ -32,7 +32,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"xlb/bench/internal/nsx"
+	"xlb/internal/nsx"
 	"xlb/bench/report"
 	"xlb/bench/xdp/gen"
 	"xlb/bench/xdp/sink"

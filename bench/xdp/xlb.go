@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"xlb/bench/internal/nsx"
+	"xlb/internal/nsx"
 	"xlb/bench/xdp/sink"
 	"xlb/bench/xdp/topo"
 )

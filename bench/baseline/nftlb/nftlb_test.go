@@ -20,7 +20,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"xlb/bench/baseline/internal/bltest"
-	"xlb/bench/internal/nsx"
+	"xlb/internal/nsx"
 )
 
 func TestMain(m *testing.M) { os.Exit(bltest.MainCheckFDs(m)) }

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"xlb/bench/internal/nsx"
+	"xlb/internal/nsx"
 	"xlb/dataplane/afxdp"
 	"xlb/dataplane/worker"
 	"xlb/dataplane/xdpprog"

@@ -12,7 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
-	"xlb/bench/internal/nsx"
+	"xlb/internal/nsx"
 	"xlb/dataplane/xdpprog"
 )
 

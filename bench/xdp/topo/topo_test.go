@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"xlb/bench/internal/nsx"
+	"xlb/internal/nsx"
 )
 
 func requireRoot(t *testing.T) {

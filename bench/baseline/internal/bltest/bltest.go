@@ -20,7 +20,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"xlb/bench/internal/nsx"
+	"xlb/internal/nsx"
 	"xlb/dataplane/craft"
 )
 

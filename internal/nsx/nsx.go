@@ -1,5 +1,7 @@
-// Package nsx runs setup code of lbbench (its topology and baselines) inside a named network
-// namespace, and looks interfaces up there.
+// Package nsx runs code inside a named network namespace on a thread of its
+// own (OnThread, Do), and looks interfaces, commands and sysctls up there:
+// the one home for this, shared by lbbench (its topology and baselines),
+// the test bed and the tests that build namespaces (see internal/nettest).
 package nsx
 
 import (
