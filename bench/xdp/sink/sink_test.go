@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 )
 
 func TestHistogramBuckets(t *testing.T) {
@@ -89,7 +90,7 @@ func TestHistogramQuantiles(t *testing.T) {
 func frame(t *testing.T, dst net.HardwareAddr, ts int64, run uint32, size int) []byte {
 	t.Helper()
 	f, err := craft.Build(&craft.Packet{Src: netip.MustParseAddr("10.78.0.1"), Dst: netip.MustParseAddr("10.79.0.10"),
-		Proto: craft.UDP, SrcPort: 1024, DstPort: PortLo, PayloadLen: size - PayloadOff, DstMAC: dst})
+		Proto: packet.ProtoUDP, SrcPort: 1024, DstPort: PortLo, PayloadLen: size - PayloadOff, DstMAC: dst})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,10 +154,10 @@ func TestProgramVerdicts(t *testing.T) {
 		return f
 	}
 	src, dst := netip.MustParseAddr("10.78.0.1"), netip.MustParseAddr("10.77.0.11")
-	tcp := build(&craft.Packet{Src: src, Dst: dst, Proto: craft.TCP, SrcPort: 1, DstPort: PortLo, Flags: "S"})
-	otherPort := build(&craft.Packet{Src: src, Dst: dst, Proto: craft.UDP, SrcPort: 1, DstPort: PortHi + 1})
-	lowPort := build(&craft.Packet{Src: src, Dst: dst, Proto: craft.UDP, SrcPort: 1, DstPort: PortLo - 1})
-	v6 := build(&craft.Packet{Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"), Proto: craft.UDP, SrcPort: 1, DstPort: PortLo})
+	tcp := build(&craft.Packet{Src: src, Dst: dst, Proto: packet.ProtoTCP, SrcPort: 1, DstPort: PortLo, Flags: "S"})
+	otherPort := build(&craft.Packet{Src: src, Dst: dst, Proto: packet.ProtoUDP, SrcPort: 1, DstPort: PortHi + 1})
+	lowPort := build(&craft.Packet{Src: src, Dst: dst, Proto: packet.ProtoUDP, SrcPort: 1, DstPort: PortLo - 1})
+	v6 := build(&craft.Packet{Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"), Proto: packet.ProtoUDP, SrcPort: 1, DstPort: PortLo})
 	arp := append(make([]byte, 12), 0x08, 0x06)
 	arp = append(arp, make([]byte, 46)...)
 	opts := slices.Clone(bench)

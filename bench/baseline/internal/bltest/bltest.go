@@ -20,8 +20,9 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"xlb/internal/nsx"
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
+	"xlb/internal/nsx"
 )
 
 // Fixed addresses of the bed; private, used only inside its namespaces.
@@ -262,7 +263,7 @@ func (b *Bed) Drain() {
 // UDP builds a UDP frame from the client to dst, sent from P to X.
 func UDP(tb testing.TB, src, dst netip.Addr, sport, dport uint16, payload int) []byte {
 	tb.Helper()
-	f, err := craft.Build(&craft.Packet{Src: src, Dst: dst, Proto: craft.UDP, SrcPort: sport, DstPort: dport,
+	f, err := craft.Build(&craft.Packet{Src: src, Dst: dst, Proto: packet.ProtoUDP, SrcPort: sport, DstPort: dport,
 		PayloadLen: payload, SrcMAC: PMAC, DstMAC: XMAC})
 	if err != nil {
 		tb.Fatalf("building a frame: %v", err)
