@@ -21,9 +21,11 @@ import (
 // (/run/netns/ns), or in the caller's namespace when ns is "". Sockets,
 // links and BPF attachments fn makes belong to ns for their whole life and
 // may be used from any goroutine afterwards; commands fn runs with exec
-// start in ns too (the child is forked from this thread). The thread is
-// never handed back to the scheduler: it ends with fn, so no other
-// goroutine ever runs in ns.
+// start in ns too (the child is forked from this thread). Goroutines fn
+// starts run outside ns (so an http.Client, which dials from its own
+// goroutines, does not work inside fn: dial in fn, talk outside). The
+// thread is never handed back to the scheduler: it ends with fn, so no
+// other goroutine ever runs in ns.
 func Do(ns string, fn func() error) error {
 	if ns == "" {
 		return fn()
