@@ -21,9 +21,11 @@ import (
 
 	"xlb/bench/baseline/internal/bltest"
 	"xlb/internal/nsx"
+
+	"xlb/internal/nettest"
 )
 
-func TestMain(m *testing.M) { os.Exit(bltest.MainCheckFDs(m)) }
+func TestMain(m *testing.M) { os.Exit(nettest.MainCheckFDs(m)) }
 
 func requireNft(tb testing.TB) {
 	tb.Helper()

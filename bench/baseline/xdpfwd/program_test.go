@@ -14,6 +14,8 @@ import (
 	"xlb/bench/baseline/internal/bltest"
 	"xlb/dataplane/craft"
 	"xlb/dataplane/packet"
+
+	"xlb/internal/nettest"
 )
 
 var (
@@ -26,7 +28,7 @@ var (
 
 func loadTest(tb testing.TB, macs []net.HardwareAddr) *objects {
 	tb.Helper()
-	bltest.RequireRoot(tb)
+	nettest.RequireRoot(tb)
 	o, err := load()
 	if errors.Is(err, ebpf.ErrNotSupported) {
 		tb.Skipf("kernel lacks BPF/XDP support: %v", err)

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
 	"slices"
 	"testing"
 
@@ -15,6 +14,8 @@ import (
 
 	"xlb/dataplane/craft"
 	"xlb/dataplane/packet"
+
+	"xlb/internal/nettest"
 )
 
 func TestHistogramBuckets(t *testing.T) {
@@ -133,9 +134,7 @@ func TestCounterRecord(t *testing.T) {
 // UDP frames take the redirect path (here, with no socket, the test's miss
 // verdict), ARP, TCP, other ports, IPv4 options and short frames are passed.
 func TestProgramVerdicts(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load an XDP program; CI runs as root")
-	}
+	nettest.RequireRoot(t)
 	const xdpDrop = 1
 	p, err := load(1, xdpDrop)
 	if err != nil {
