@@ -16,6 +16,7 @@ import (
 	"xlb/controlplane/cptest"
 	"xlb/dataplane"
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 )
 
 // vip is the address of the single L3_DEFAULT forwarding rule of every
@@ -167,7 +168,7 @@ func clients(seed uint64, n int) []craft.Packet {
 		}
 		seen[k] = true
 		src := netip.AddrFrom4([4]byte{k[0], k[1], k[2], k[3]})
-		out = append(out, craft.Packet{Src: src, Dst: netip.MustParseAddr(vip), Proto: craft.TCP,
+		out = append(out, craft.Packet{Src: src, Dst: netip.MustParseAddr(vip), Proto: packet.ProtoTCP,
 			SrcPort: sport, DstPort: 80, Flags: "S"})
 	}
 	return out
@@ -182,7 +183,7 @@ func with(p craft.Packet, flags string) craft.Packet {
 // udpOf turns a client's SYN into a UDP datagram of the same addresses and
 // ports.
 func udpOf(p craft.Packet) craft.Packet {
-	p.Proto, p.Flags = craft.UDP, ""
+	p.Proto, p.Flags = packet.ProtoUDP, ""
 	return p
 }
 

@@ -18,6 +18,7 @@ import (
 	"xlb/controlplane/sim"
 	"xlb/dataplane"
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 )
 
 // expect asserts one decision: its track word, backend and (for replaced
@@ -185,7 +186,7 @@ func TestM4_FailoverSwitch(t *testing.T) {
 			t.Errorf("hit reports side %v, want the recorded primary", res.Side)
 		}
 		// Untracked traffic of the same client follows the new set.
-		echo := r.Send(cptest.Proto(conn.Src.String(), vip, craft.ICMP))
+		echo := r.Send(cptest.Proto(conn.Src.String(), vip, packet.ProtoICMP))
 		expect(t, "ICMP echo (untracked)", echo, dataplane.TrackUntracked, "f1", "")
 	})
 }
@@ -321,26 +322,26 @@ func TestM5_RemovedBackend(t *testing.T) {
 
 // p1Persists is the table of SPEC §6.1: does an entry on an unhealthy
 // backend keep its packets? (ALWAYS_PERSIST with PER_SESSION is rejected.)
-func p1Persists(option, mode, affinity string, proto uint8) bool {
+func p1Persists(option, mode, affinity string, proto packet.Proto) bool {
 	switch option {
 	case "NEVER_PERSIST":
 		return false
 	case "ALWAYS_PERSIST":
-		return proto == craft.TCP || affinity != "NONE"
+		return proto == packet.ProtoTCP || affinity != "NONE"
 	}
-	if proto != craft.TCP {
+	if proto != packet.ProtoTCP {
 		return false
 	}
 	return mode == "PER_CONNECTION" || affinity == "NONE" || affinity == "CLIENT_IP_PORT_PROTO"
 }
 
 // t1Trackable is T1.
-func t1Trackable(affinity string, proto uint8) bool {
-	return proto == craft.TCP || affinity != "NONE"
+func t1Trackable(affinity string, proto packet.Proto) bool {
+	return proto == packet.ProtoTCP || affinity != "NONE"
 }
 
 func TestP1_PersistenceOnUnhealthyBackends(t *testing.T) {
-	protos := []uint8{craft.TCP, craft.UDP, craft.ESP, craft.GRE}
+	protos := []packet.Proto{packet.ProtoTCP, packet.ProtoUDP, packet.ProtoESP, packet.ProtoGRE}
 	var rows []string
 	for _, option := range []string{"DEFAULT_FOR_PROTOCOL", "NEVER_PERSIST", "ALWAYS_PERSIST"} {
 		for _, mode := range []string{"PER_CONNECTION", "PER_SESSION"} {
@@ -361,8 +362,8 @@ func TestP1_PersistenceOnUnhealthyBackends(t *testing.T) {
 				row := fmt.Sprintf("%-64s", name)
 				for _, proto := range protos {
 					persists, trackable := p1Persists(option, mode, affinity, proto), t1Trackable(affinity, proto)
-					row += fmt.Sprintf(" %s:%v", craft.ProtoName(proto), persists)
-					t.Run(name+"/"+craft.ProtoName(proto), func(t *testing.T) {
+					row += fmt.Sprintf(" %s:%v", proto.String(), persists)
+					t.Run(name+"/"+proto.String(), func(t *testing.T) {
 						r := s.rig(t)
 						first, next := p1Packets(proto)
 						res := r.Send(first)
@@ -388,13 +389,13 @@ func TestP1_PersistenceOnUnhealthyBackends(t *testing.T) {
 }
 
 // p1Packets: a flow's first packet and a later one.
-func p1Packets(proto uint8) (first, next craft.Packet) {
+func p1Packets(proto packet.Proto) (first, next craft.Packet) {
 	const src = "198.51.100.77"
 	switch proto {
-	case craft.TCP:
+	case packet.ProtoTCP:
 		first = cptest.TCP(src, vip, 40000, 443, "S")
 		return first, with(first, "A")
-	case craft.UDP:
+	case packet.ProtoUDP:
 		first = cptest.UDP(src, vip, 40000, 53)
 		return first, first
 	default:

@@ -13,6 +13,7 @@ import (
 	"xlb/controlplane/cptest"
 	"xlb/dataplane"
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 	"xlb/maglev"
 )
 
@@ -39,9 +40,9 @@ func TestS1_MaglevLookupOfSelectionHash(t *testing.T) {
 				var h uint64
 				switch affinity {
 				case "NONE":
-					h = dataplane.FlowHash(&src, &dst, p.SrcPort, p.DstPort, craft.TCP, uint8(conntrack.Kind5T))
+					h = dataplane.FlowHash(&src, &dst, p.SrcPort, p.DstPort, packet.ProtoTCP, uint8(conntrack.Kind5T))
 				case "CLIENT_IP_PROTO":
-					h = dataplane.FlowHash(&src, &dst, 0, 0, craft.TCP, uint8(conntrack.Kind3T))
+					h = dataplane.FlowHash(&src, &dst, 0, 0, packet.ProtoTCP, uint8(conntrack.Kind3T))
 				case "CLIENT_IP":
 					h = dataplane.FlowHash(&src, &dst, 0, 0, 0, uint8(conntrack.Kind2T))
 				}
@@ -129,13 +130,13 @@ func TestS3_SameHashSameBackendWhileStable(t *testing.T) {
 		for i, c := range clients(4, 300) {
 			src := c.Src.String()
 			ps := []craft.Packet{c, cptest.TCP(src, vip, c.SrcPort+1, 443, "S"), udpOf(c),
-				cptest.Proto(src, vip, craft.ICMP), cptest.Proto(src, vip, craft.GRE)}
+				cptest.Proto(src, vip, packet.ProtoICMP), cptest.Proto(src, vip, packet.ProtoGRE)}
 			first := r.Send(ps[0])
 			for _, p := range ps[1:] {
 				res := r.Send(p)
 				if res.SelHash != first.SelHash || res.BackendName() != first.BackendName() || res.BackendName() == "" {
 					t.Fatalf("client %d, %s: hash %#x to %q; first packet hash %#x to %q",
-						i, craft.ProtoName(p.Proto), res.SelHash, res.BackendName(), first.SelHash, first.BackendName())
+						i, p.Proto.String(), res.SelHash, res.BackendName(), first.SelHash, first.BackendName())
 				}
 			}
 		}

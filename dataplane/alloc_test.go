@@ -7,6 +7,7 @@ import (
 	"xlb/conntrack"
 	"xlb/dataplane"
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 )
 
 // TestProcessDoesNotAllocate: Worker.Process allocates nothing per frame on
@@ -20,11 +21,11 @@ func TestProcessDoesNotAllocate(t *testing.T) {
 	router6 := netip.MustParseAddr("2001:db8:e::99")
 	c4, c6 := netip.MustParseAddr("100.64.0.1"), netip.MustParseAddr("2001:db8:c::1")
 	tcp := func(src, dst netip.Addr, flags string) craft.Packet {
-		return craft.Packet{Src: src, Dst: dst, Proto: craft.TCP, SrcPort: 40000, DstPort: 80, Flags: flags}
+		return craft.Packet{Src: src, Dst: dst, Proto: packet.ProtoTCP, SrcPort: 40000, DstPort: 80, Flags: flags}
 	}
 	// The VIP's reply to the client, as an ICMP error quotes it.
 	reply := func(vip, client netip.Addr) *craft.Packet {
-		return &craft.Packet{Src: vip, Dst: client, Proto: craft.TCP, SrcPort: 80, DstPort: 40000, Flags: "A"}
+		return &craft.Packet{Src: vip, Dst: client, Proto: packet.ProtoTCP, SrcPort: 80, DstPort: 40000, Flags: "A"}
 	}
 	build := func(p craft.Packet) []byte {
 		t.Helper()
@@ -54,20 +55,20 @@ func TestProcessDoesNotAllocate(t *testing.T) {
 	}{
 		{"established TCP", build(tcp(c4, benchVIPWeb4, "A")), dataplane.VerdictForward, 0, dataplane.TrackHit, false},
 		{"SYN", synFrame, dataplane.VerdictForward, 0, dataplane.TrackNew, false},
-		{"untracked UDP", build(craft.Packet{Src: c4, Dst: benchVIPWeb4, Proto: craft.UDP, SrcPort: 5353, DstPort: 53}),
+		{"untracked UDP", build(craft.Packet{Src: c4, Dst: benchVIPWeb4, Proto: packet.ProtoUDP, SrcPort: 5353, DstPort: 53}),
 			dataplane.VerdictForward, 0, dataplane.TrackUntracked, false},
 		{"IPv6 established TCP", build(tcp(c6, benchVIPWeb6, "A")), dataplane.VerdictForward, 0, dataplane.TrackHit, false},
-		{"ICMP error steering", build(craft.Packet{Src: router4, Dst: benchVIPWeb4, Proto: craft.ICMP, ICMPType: 3, ICMPCode: 4,
+		{"ICMP error steering", build(craft.Packet{Src: router4, Dst: benchVIPWeb4, Proto: packet.ProtoICMP, ICMPType: 3, ICMPCode: 4,
 			Inner: reply(benchVIPWeb4, c4)}), dataplane.VerdictForward, 0, dataplane.TrackHit, true},
-		{"ICMPv6 packet too big steering", build(craft.Packet{Src: router6, Dst: benchVIPWeb6, Proto: craft.ICMPv6, ICMPType: 2,
+		{"ICMPv6 packet too big steering", build(craft.Packet{Src: router6, Dst: benchVIPWeb6, Proto: packet.ProtoICMPv6, ICMPType: 2,
 			Inner: reply(benchVIPWeb6, c6)}), dataplane.VerdictForward, 0, dataplane.TrackHit, true},
 		{"IPIP encapsulation", build(tcp(c4, benchVIPIPIP, "A")), dataplane.VerdictForward, 0, dataplane.TrackHit, false},
 		{"GUE encapsulation", build(tcp(c4, benchVIPGUE4, "A")), dataplane.VerdictForward, 0, dataplane.TrackHit, false},
 		{"GUE encapsulation, IPv6 outer", build(tcp(c4, benchVIPGUE6, "A")), dataplane.VerdictForward, 0, dataplane.TrackHit, false},
-		{"L3_DEFAULT ESP", build(craft.Packet{Src: c4, Dst: benchVIPWeb4, Proto: craft.ESP}),
+		{"L3_DEFAULT ESP", build(craft.Packet{Src: c4, Dst: benchVIPWeb4, Proto: packet.ProtoESP}),
 			dataplane.VerdictForward, 0, dataplane.TrackNew, false},
 		{"malformed VIP frame", synFrame[:len(synFrame)-30], dataplane.VerdictDrop, dataplane.ReasonMalformed, 0, false},
-		{"no rule", build(craft.Packet{Src: c4, Dst: benchVIPIPIP, Proto: craft.TCP, SrcPort: 40000, DstPort: 81}),
+		{"no rule", build(craft.Packet{Src: c4, Dst: benchVIPIPIP, Proto: packet.ProtoTCP, SrcPort: 40000, DstPort: 81}),
 			dataplane.VerdictDrop, dataplane.ReasonNoRule, 0, false},
 		{"source not allowed", build(tcp(netip.MustParseAddr("198.18.0.1"), benchVIPAllow, "S")),
 			dataplane.VerdictDrop, dataplane.ReasonSourceNotAllowed, 0, false},

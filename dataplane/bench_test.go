@@ -436,10 +436,10 @@ func benchEstablishedFixture(tb testing.TB, vip netip.Addr, svcName string) *ben
 	src, _ := benchClient(0, v6)
 	eng, cp := benchEngine(tb, benchBigCapacity)
 	f := &benchFixture{eng: eng, cp: cp, w: eng.NewWorker(), svc: benchServiceID(tb, eng, svcName)}
-	syn := newBenchTemplate(tb, craft.Packet{Src: src, Dst: vip, Proto: craft.TCP, SrcPort: 1, DstPort: 80, Flags: "S"})
+	syn := newBenchTemplate(tb, craft.Packet{Src: src, Dst: vip, Proto: packet.ProtoTCP, SrcPort: 1, DstPort: 80, Flags: "S"})
 	benchEstablish(tb, f.w, syn, benchSpan(0, benchPrefill, 1), v6)
 	f.evictions = eng.Conntrack().Stats().Evictions
-	ack := newBenchTemplate(tb, craft.Packet{Src: src, Dst: vip, Proto: craft.TCP, SrcPort: 1, DstPort: 80, Flags: "A"})
+	ack := newBenchTemplate(tb, craft.Packet{Src: src, Dst: vip, Proto: packet.ProtoTCP, SrcPort: 1, DstPort: 80, Flags: "A"})
 	f.frames = ack.frames(benchSpan(0, benchSample, benchPrefill/benchSample), v6)
 	return f
 }
@@ -478,7 +478,7 @@ func benchFixSYN(tb testing.TB) *benchFixture {
 	return benchShared(tb, "syn", func(tb testing.TB) *benchFixture {
 		eng, cp := benchEngine(tb, benchBigCapacity)
 		src, _ := benchClient(0, false)
-		syn := newBenchTemplate(tb, craft.Packet{Src: src, Dst: benchVIPWeb4, Proto: craft.TCP, SrcPort: 1, DstPort: 80, Flags: "S"})
+		syn := newBenchTemplate(tb, craft.Packet{Src: src, Dst: benchVIPWeb4, Proto: packet.ProtoTCP, SrcPort: 1, DstPort: 80, Flags: "S"})
 		return &benchFixture{eng: eng, cp: cp, w: eng.NewWorker(), svc: benchServiceID(tb, eng, "web4"),
 			frames: syn.frames(benchSpan(0, benchPrefill, 1), false)}
 	})
@@ -489,7 +489,7 @@ func benchFixUDP(tb testing.TB) *benchFixture {
 	return benchShared(tb, "udp", func(tb testing.TB) *benchFixture {
 		eng, cp := benchEngine(tb, conntrack.MinCapacity) // UDP with affinity NONE is never tracked
 		src, _ := benchClient(0, false)
-		udp := newBenchTemplate(tb, craft.Packet{Src: src, Dst: benchVIPWeb4, Proto: craft.UDP, SrcPort: 1, DstPort: 53})
+		udp := newBenchTemplate(tb, craft.Packet{Src: src, Dst: benchVIPWeb4, Proto: packet.ProtoUDP, SrcPort: 1, DstPort: 53})
 		return &benchFixture{eng: eng, cp: cp, w: eng.NewWorker(), svc: benchServiceID(tb, eng, "dns"),
 			frames: udp.frames(benchSpan(0, benchSample, 1), false)}
 	})
@@ -502,9 +502,9 @@ func benchFixRewrite(tb testing.TB, name, svc string, vip netip.Addr) *benchFixt
 		eng, cp := benchEngine(tb, benchSmallCapacity)
 		w := eng.NewWorker()
 		src, _ := benchClient(0, false)
-		syn := newBenchTemplate(tb, craft.Packet{Src: src, Dst: vip, Proto: craft.TCP, SrcPort: 1, DstPort: 80, Flags: "S"})
+		syn := newBenchTemplate(tb, craft.Packet{Src: src, Dst: vip, Proto: packet.ProtoTCP, SrcPort: 1, DstPort: 80, Flags: "S"})
 		benchEstablish(tb, w, syn, benchSpan(0, benchRewriteFlows, 1), false)
-		ack := newBenchTemplate(tb, craft.Packet{Src: src, Dst: vip, Proto: craft.TCP, SrcPort: 1, DstPort: 80, Flags: "A"})
+		ack := newBenchTemplate(tb, craft.Packet{Src: src, Dst: vip, Proto: packet.ProtoTCP, SrcPort: 1, DstPort: 80, Flags: "A"})
 		return &benchFixture{eng: eng, cp: cp, w: w, svc: benchServiceID(tb, eng, svc),
 			frames: ack.frames(benchSpan(0, benchRewriteFlows, 1), false)}
 	})
@@ -612,15 +612,15 @@ func BenchmarkRewrite(b *testing.B) {
 func TestBenchFramesAreReal(t *testing.T) {
 	for _, tc := range []struct {
 		dst   netip.Addr
-		proto uint8
+		proto packet.Proto
 		flags string
 		dport uint16
 	}{
-		{benchVIPWeb4, craft.TCP, "S", 80},
-		{benchVIPWeb4, craft.TCP, "A", 80},
-		{benchVIPWeb4, craft.UDP, "", 53},
-		{benchVIPWeb6, craft.TCP, "A", 80},
-		{benchVIPWeb6, craft.UDP, "", 53},
+		{benchVIPWeb4, packet.ProtoTCP, "S", 80},
+		{benchVIPWeb4, packet.ProtoTCP, "A", 80},
+		{benchVIPWeb4, packet.ProtoUDP, "", 53},
+		{benchVIPWeb6, packet.ProtoTCP, "A", 80},
+		{benchVIPWeb6, packet.ProtoUDP, "", 53},
 	} {
 		v6 := tc.dst.Is6()
 		src, _ := benchClient(0, v6)

@@ -9,16 +9,6 @@ import (
 	"xlb/maglev"
 )
 
-// IP protocol numbers the rules name.
-const (
-	protoICMP   = 1
-	protoTCP    = 6
-	protoUDP    = 17
-	protoGRE    = 47
-	protoESP    = 50
-	protoICMPv6 = 58
-)
-
 const tcpSYN = 0x02
 
 // Engine is the decision engine shared by all workers: the current snapshot
@@ -101,7 +91,7 @@ type Flow struct {
 	Src, Dst   [16]byte
 	SrcPort    uint16
 	DstPort    uint16
-	Proto      uint8
+	Proto      packet.Proto
 	HasDstPort bool // a destination port is present (FR3)
 	PortInfo   bool // "has port information" (SPEC §0)
 	Fragmented bool
@@ -239,7 +229,7 @@ func (w *Worker) front(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision) 
 		d.Verdict = VerdictPass
 		return false
 	}
-	if p.HasInner && (p.Proto == protoICMP || p.Proto == protoICMPv6) {
+	if p.HasInner && (p.Proto == packet.ProtoICMP || p.Proto == packet.ProtoICMPv6) {
 		// X1: steer an ICMP error by the flow it quotes, reversed.
 		in := &p.Inner
 		fl.Src, fl.Dst = in.Dst, in.Src
@@ -262,7 +252,7 @@ func (w *Worker) front(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision) 
 			fl.HasDstPort = true
 			fl.PortInfo = !fl.Fragmented
 		}
-		fl.SYN = p.Proto == protoTCP && p.TCPFlags&tcpSYN != 0 && p.Frag != packet.FragLater
+		fl.SYN = p.Proto == packet.ProtoTCP && p.TCPFlags&tcpSYN != 0 && p.Frag != packet.FragLater
 	}
 
 	rule := matchRule(vr, fl)
@@ -368,7 +358,7 @@ func lookupVIP(snap *Snapshot, dst *[16]byte, v uint8) *VIPRules {
 
 // isNDP reports router/neighbour solicitation/advertisement and redirect.
 func isNDP(p *packet.Parsed) bool {
-	return p.Proto == protoICMPv6 && p.ICMPType >= 133 && p.ICMPType <= 137
+	return p.Proto == packet.ProtoICMPv6 && p.ICMPType >= 133 && p.ICMPType <= 137
 }
 
 // matchRule applies FR2 and FR3: a protocol-specific rule whose ports match
@@ -382,18 +372,18 @@ func matchRule(vr *VIPRules, fl *Flow) *Rule {
 		case config.RuleL3Default:
 			l3 = r
 		case config.RuleTCP:
-			if fl.Proto == protoTCP && portsMatch(r, fl) {
+			if fl.Proto == packet.ProtoTCP && portsMatch(r, fl) {
 				return r
 			}
 		case config.RuleUDP:
-			if fl.Proto == protoUDP && portsMatch(r, fl) {
+			if fl.Proto == packet.ProtoUDP && portsMatch(r, fl) {
 				return r
 			}
 		}
 	}
 	if l3 != nil {
 		switch fl.Proto {
-		case protoTCP, protoUDP, protoESP, protoGRE, protoICMP, protoICMPv6:
+		case packet.ProtoTCP, packet.ProtoUDP, packet.ProtoESP, packet.ProtoGRE, packet.ProtoICMP, packet.ProtoICMPv6:
 			return l3
 		}
 	}
@@ -466,9 +456,9 @@ func (d *Decision) selectionHash() uint64 {
 // service (T4).
 func trackingKey(svc *Service, fl *Flow, d *Decision) {
 	switch fl.Proto {
-	case protoTCP:
+	case packet.ProtoTCP:
 		d.Trackable = true
-	case protoUDP, protoESP, protoGRE:
+	case packet.ProtoUDP, packet.ProtoESP, packet.ProtoGRE:
 		d.Trackable = svc.Affinity != config.AffinityNone
 	default:
 		d.Trackable = false
@@ -477,7 +467,7 @@ func trackingKey(svc *Service, fl *Flow, d *Decision) {
 		return
 	}
 	kind := conntrack.Kind3T
-	if (fl.Proto == protoTCP || fl.Proto == protoUDP) && !fl.Fragmented && fl.HasDstPort {
+	if (fl.Proto == packet.ProtoTCP || fl.Proto == packet.ProtoUDP) && !fl.Fragmented && fl.HasDstPort {
 		kind = conntrack.Kind5T
 	}
 	if svc.Mode == config.PerSession {
@@ -491,7 +481,7 @@ func trackingKey(svc *Service, fl *Flow, d *Decision) {
 	k := &d.TrackKey
 	k.Src, k.Dst, k.Kind, k.Service = fl.Src, fl.Dst, kind, svc.ID
 	if kind >= conntrack.Kind3T {
-		k.Proto = fl.Proto
+		k.Proto = uint8(fl.Proto)
 	}
 	if kind == conntrack.Kind5T {
 		k.SrcPort, k.DstPort = fl.SrcPort, fl.DstPort
@@ -499,15 +489,15 @@ func trackingKey(svc *Service, fl *Flow, d *Decision) {
 }
 
 // persists is P1: does an entry on an unhealthy backend keep its packets?
-func persists(svc *Service, proto uint8) bool {
+func persists(svc *Service, proto packet.Proto) bool {
 	switch svc.Persistence {
 	case config.PersistNever:
 		return false
 	case config.PersistAlways: // valid only with PER_CONNECTION
-		return proto == protoTCP ||
-			(svc.Affinity != config.AffinityNone && (proto == protoUDP || proto == protoESP || proto == protoGRE))
+		return proto == packet.ProtoTCP ||
+			(svc.Affinity != config.AffinityNone && (proto == packet.ProtoUDP || proto == packet.ProtoESP || proto == packet.ProtoGRE))
 	default: // DEFAULT_FOR_PROTOCOL
-		if proto != protoTCP {
+		if proto != packet.ProtoTCP {
 			return false
 		}
 		if svc.Mode == config.PerConnection {

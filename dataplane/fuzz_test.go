@@ -60,12 +60,12 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 	c4, c6 := netip.MustParseAddr("100.64.0.1"), netip.MustParseAddr("2001:db8:c::1")
 	r4, r6 := netip.MustParseAddr("192.0.2.99"), netip.MustParseAddr("2001:db8:e::99")
 	tcp := func(src, dst netip.Addr, dport uint16, flags string) craft.Packet {
-		return craft.Packet{Src: src, Dst: dst, Proto: craft.TCP, SrcPort: 40000, DstPort: dport, Flags: flags}
+		return craft.Packet{Src: src, Dst: dst, Proto: packet.ProtoTCP, SrcPort: 40000, DstPort: dport, Flags: flags}
 	}
 	udp := func(src, dst netip.Addr, dport uint16) craft.Packet {
-		return craft.Packet{Src: src, Dst: dst, Proto: craft.UDP, SrcPort: 40000, DstPort: dport}
+		return craft.Packet{Src: src, Dst: dst, Proto: packet.ProtoUDP, SrcPort: 40000, DstPort: dport}
 	}
-	proto := func(src, dst netip.Addr, p uint8) craft.Packet {
+	proto := func(src, dst netip.Addr, p packet.Proto) craft.Packet {
 		return craft.Packet{Src: src, Dst: dst, Proto: p}
 	}
 	reply := func(p craft.Packet) *craft.Packet {
@@ -73,9 +73,9 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 		return &p
 	}
 	icmpErr := func(router netip.Addr, typ, code uint8, quoted craft.Packet) craft.Packet {
-		p := craft.Packet{Src: router, Dst: quoted.Src, Proto: craft.ICMP, ICMPType: typ, ICMPCode: code, Inner: &quoted}
+		p := craft.Packet{Src: router, Dst: quoted.Src, Proto: packet.ProtoICMP, ICMPType: typ, ICMPCode: code, Inner: &quoted}
 		if router.Is6() {
-			p.Proto = craft.ICMPv6
+			p.Proto = packet.ProtoICMPv6
 		}
 		return p
 	}
@@ -88,14 +88,14 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 		tcp(c6, benchVIPWeb6, 80, "S"), tcp(c6, benchVIPWeb6, 443, "A"), tcp(c6, benchVIPWeb6, 22, "S"),
 		udp(c4, benchVIPWeb4, 53), udp(c4, benchVIPWeb4, 123), udp(c6, benchVIPWeb6, 53),
 		udp(c4, benchVIPIPIP, 53), // no UDP rule on that VIP: FR4
-		proto(c4, benchVIPWeb4, craft.ESP), proto(c4, benchVIPWeb4, craft.GRE), proto(c4, benchVIPWeb4, 132),
-		proto(c6, benchVIPWeb6, craft.ESP), proto(c6, benchVIPWeb6, craft.GRE),
-		proto(c4, benchVIPWeb4, craft.ICMP), proto(c6, benchVIPWeb6, craft.ICMPv6),
+		proto(c4, benchVIPWeb4, packet.ProtoESP), proto(c4, benchVIPWeb4, packet.ProtoGRE), proto(c4, benchVIPWeb4, 132),
+		proto(c6, benchVIPWeb6, packet.ProtoESP), proto(c6, benchVIPWeb6, packet.ProtoGRE),
+		proto(c4, benchVIPWeb4, packet.ProtoICMP), proto(c6, benchVIPWeb6, packet.ProtoICMPv6),
 		icmpErr(r4, 3, 4, *reply(tcp(c4, benchVIPWeb4, 80, "A"))),
 		icmpErr(r4, 11, 0, *reply(udp(c4, benchVIPWeb4, 53))),
 		icmpErr(r6, 2, 0, *reply(tcp(c6, benchVIPWeb6, 80, "A"))),
 		icmpErr(r6, 1, 4, *reply(udp(c6, benchVIPWeb6, 53))),
-		craft.Packet{Src: c6, Dst: benchVIPWeb6, Proto: craft.ICMPv6, ICMPType: 135}, // NDP for the VIP
+		craft.Packet{Src: c6, Dst: benchVIPWeb6, Proto: packet.ProtoICMPv6, ICMPType: 135}, // NDP for the VIP
 		tcp(c4, benchNotVIP, 22, "S"), udp(c6, netip.MustParseAddr("2001:db8::53"), 53),
 	)
 	// Fragments, first, middle and last; VLAN tags.
@@ -126,7 +126,7 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 	}
 	// An IPv6 packet to the IPv4-mapped form of an IPv4 VIP is not VIP
 	// traffic (FR1).
-	m := craft.Packet{Src: c6, Dst: netip.AddrFrom16(benchVIPWeb4.As16()), Proto: craft.TCP, SrcPort: 40000, DstPort: 80, Flags: "S"}
+	m := craft.Packet{Src: c6, Dst: netip.AddrFrom16(benchVIPWeb4.As16()), Proto: packet.ProtoTCP, SrcPort: 40000, DstPort: 80, Flags: "S"}
 	if f, err := craft.Build(&m); err == nil {
 		seeds = append(seeds, f)
 	}
@@ -238,7 +238,7 @@ func fuzzCheckForwarded(t *testing.T, r *fuzzRig, in []byte, p *packet.Parsed, f
 		if out.Dst != b.Addr {
 			t.Fatalf("outer destination %v, want backend %v", packet.AddrToNetip(out.Dst), b.IP)
 		}
-		wantProto := uint8(packet.ProtoIPIP)
+		wantProto := packet.ProtoIPIP
 		if p.IPVersion == 6 {
 			wantProto = packet.ProtoIPv6
 		}

@@ -1,6 +1,10 @@
 package dataplane
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"xlb/dataplane/packet"
+)
 
 // FlowHash is the selection hash of SPEC §2, the Maglev lookup key.
 //
@@ -17,7 +21,7 @@ import "encoding/binary"
 //
 // where splitmix64(z) = z ^= z>>30; z *= 0xBF58476D1CE4E5B9; z ^= z>>27;
 // z *= 0x94D049BB133111EB; z ^= z>>31.
-func FlowHash(src, dst *[16]byte, sport, dport uint16, proto, kind uint8) uint64 {
+func FlowHash(src, dst *[16]byte, sport, dport uint16, proto packet.Proto, kind uint8) uint64 {
 	h := uint64(0x243F6A8885A308D3)
 	h = splitmix64(h ^ binary.LittleEndian.Uint64(src[0:8]))
 	h = splitmix64(h ^ binary.LittleEndian.Uint64(src[8:16]))

@@ -22,6 +22,7 @@ import (
 	"xlb/controlplane/sim"
 	"xlb/dataplane"
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 )
 
 const goldenGUEPort = 6080 // not the default (5555): the configured port must be used
@@ -31,13 +32,13 @@ var goldenBackendMAC = net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0xbe, 0x01}
 // goldenIn describes an input frame.
 type goldenIn struct {
 	v6    bool
-	vlan  uint16 // 802.1Q VLAN ID (with priority 5), 0: untagged
-	proto uint8  // TCP, UDP, or another protocol number (raw payload)
-	tos   uint8  // IPv4 TOS / IPv6 traffic class
-	df    bool   // IPv4 don't fragment
-	later bool   // a non-first IPv4 fragment (offset 64 bytes, raw payload)
-	pad   int    // Ethernet padding added after the IP packet (beyond gopacket's own)
-	arp   bool   // an ARP request for the VIP instead
+	vlan  uint16       // 802.1Q VLAN ID (with priority 5), 0: untagged
+	proto packet.Proto // TCP, UDP, or another protocol number (raw payload)
+	tos   uint8        // IPv4 TOS / IPv6 traffic class
+	df    bool         // IPv4 don't fragment
+	later bool         // a non-first IPv4 fragment (offset 64 bytes, raw payload)
+	pad   int          // Ethernet padding added after the IP packet (beyond gopacket's own)
+	arp   bool         // an ARP request for the VIP instead
 }
 
 type goldenRow struct {
@@ -51,29 +52,29 @@ type goldenRow struct {
 
 var goldenRows = []goldenRow{
 	// L2 direct server return: only the MACs change.
-	{desc: "L2_DSR IPv4 TCP", method: "L2_DSR", backend: "10.10.0.11", in: goldenIn{proto: craft.TCP, df: true}, verdict: dataplane.VerdictForward},
-	{desc: "L2_DSR IPv6 UDP", method: "L2_DSR", backend: "2001:db8:10::11", in: goldenIn{v6: true, proto: craft.UDP}, verdict: dataplane.VerdictForward},
-	{desc: "L2_DSR IPv4 802.1Q keeps the tag", method: "L2_DSR", backend: "10.10.0.11", in: goldenIn{proto: craft.TCP, vlan: 100}, verdict: dataplane.VerdictForward},
-	{desc: "L2_DSR IPv6 802.1Q keeps the tag", method: "L2_DSR", backend: "2001:db8:10::11", in: goldenIn{v6: true, proto: craft.TCP, vlan: 4000}, verdict: dataplane.VerdictForward},
-	{desc: "L2_DSR keeps Ethernet padding", method: "L2_DSR", backend: "10.10.0.11", in: goldenIn{proto: craft.TCP, pad: 6}, verdict: dataplane.VerdictForward},
-	{desc: "L2_DSR IPv4 later fragment", method: "L2_DSR", backend: "10.10.0.11", in: goldenIn{proto: craft.UDP, later: true}, verdict: dataplane.VerdictForward},
+	{desc: "L2_DSR IPv4 TCP", method: "L2_DSR", backend: "10.10.0.11", in: goldenIn{proto: packet.ProtoTCP, df: true}, verdict: dataplane.VerdictForward},
+	{desc: "L2_DSR IPv6 UDP", method: "L2_DSR", backend: "2001:db8:10::11", in: goldenIn{v6: true, proto: packet.ProtoUDP}, verdict: dataplane.VerdictForward},
+	{desc: "L2_DSR IPv4 802.1Q keeps the tag", method: "L2_DSR", backend: "10.10.0.11", in: goldenIn{proto: packet.ProtoTCP, vlan: 100}, verdict: dataplane.VerdictForward},
+	{desc: "L2_DSR IPv6 802.1Q keeps the tag", method: "L2_DSR", backend: "2001:db8:10::11", in: goldenIn{v6: true, proto: packet.ProtoTCP, vlan: 4000}, verdict: dataplane.VerdictForward},
+	{desc: "L2_DSR keeps Ethernet padding", method: "L2_DSR", backend: "10.10.0.11", in: goldenIn{proto: packet.ProtoTCP, pad: 6}, verdict: dataplane.VerdictForward},
+	{desc: "L2_DSR IPv4 later fragment", method: "L2_DSR", backend: "10.10.0.11", in: goldenIn{proto: packet.ProtoUDP, later: true}, verdict: dataplane.VerdictForward},
 
 	// IPIP: protocol 4 for IPv4 inside, 41 for IPv6 inside.
-	{desc: "IPIP v4-in-v4, DF and DSCP/ECN copied", method: "IPIP", backend: "10.10.0.11", in: goldenIn{proto: craft.TCP, df: true, tos: 0xb9}, verdict: dataplane.VerdictForward},
-	{desc: "IPIP v4-in-v4, no DF stays fragmentable", method: "IPIP", backend: "10.10.0.11", in: goldenIn{proto: craft.UDP}, verdict: dataplane.VerdictForward},
-	{desc: "IPIP v4-in-v4 802.1Q keeps the tag", method: "IPIP", backend: "10.10.0.11", in: goldenIn{proto: craft.TCP, df: true, vlan: 100}, verdict: dataplane.VerdictForward},
-	{desc: "IPIP v4-in-v4 drops Ethernet padding", method: "IPIP", backend: "10.10.0.11", in: goldenIn{proto: craft.TCP, df: true, pad: 6}, verdict: dataplane.VerdictForward},
-	{desc: "IPIP v4-in-v4 later fragment", method: "IPIP", backend: "10.10.0.11", in: goldenIn{proto: craft.UDP, later: true}, verdict: dataplane.VerdictForward},
-	{desc: "IPIP v6-in-v6", method: "IPIP", backend: "2001:db8:10::11", in: goldenIn{v6: true, proto: craft.TCP, tos: 0x2a}, verdict: dataplane.VerdictForward},
-	{desc: "IPIP v6-in-v4, DF always", method: "IPIP", backend: "10.10.0.11", in: goldenIn{v6: true, proto: craft.UDP}, verdict: dataplane.VerdictForward},
-	{desc: "IPIP v4-in-v6", method: "IPIP", backend: "2001:db8:10::11", in: goldenIn{proto: craft.TCP, df: true}, verdict: dataplane.VerdictForward},
+	{desc: "IPIP v4-in-v4, DF and DSCP/ECN copied", method: "IPIP", backend: "10.10.0.11", in: goldenIn{proto: packet.ProtoTCP, df: true, tos: 0xb9}, verdict: dataplane.VerdictForward},
+	{desc: "IPIP v4-in-v4, no DF stays fragmentable", method: "IPIP", backend: "10.10.0.11", in: goldenIn{proto: packet.ProtoUDP}, verdict: dataplane.VerdictForward},
+	{desc: "IPIP v4-in-v4 802.1Q keeps the tag", method: "IPIP", backend: "10.10.0.11", in: goldenIn{proto: packet.ProtoTCP, df: true, vlan: 100}, verdict: dataplane.VerdictForward},
+	{desc: "IPIP v4-in-v4 drops Ethernet padding", method: "IPIP", backend: "10.10.0.11", in: goldenIn{proto: packet.ProtoTCP, df: true, pad: 6}, verdict: dataplane.VerdictForward},
+	{desc: "IPIP v4-in-v4 later fragment", method: "IPIP", backend: "10.10.0.11", in: goldenIn{proto: packet.ProtoUDP, later: true}, verdict: dataplane.VerdictForward},
+	{desc: "IPIP v6-in-v6", method: "IPIP", backend: "2001:db8:10::11", in: goldenIn{v6: true, proto: packet.ProtoTCP, tos: 0x2a}, verdict: dataplane.VerdictForward},
+	{desc: "IPIP v6-in-v4, DF always", method: "IPIP", backend: "10.10.0.11", in: goldenIn{v6: true, proto: packet.ProtoUDP}, verdict: dataplane.VerdictForward},
+	{desc: "IPIP v4-in-v6", method: "IPIP", backend: "2001:db8:10::11", in: goldenIn{proto: packet.ProtoTCP, df: true}, verdict: dataplane.VerdictForward},
 
 	// GUE (variant 0): UDP to gue_port, a 4-byte header naming the inner family.
-	{desc: "GUE v4-in-v4, UDP checksum 0", method: "GUE", backend: "10.10.0.11", in: goldenIn{proto: craft.TCP, df: true}, verdict: dataplane.VerdictForward},
-	{desc: "GUE v6-in-v6, UDP checksum set", method: "GUE", backend: "2001:db8:10::11", in: goldenIn{v6: true, proto: craft.UDP, tos: 0x2a}, verdict: dataplane.VerdictForward},
-	{desc: "GUE v6-in-v4", method: "GUE", backend: "10.10.0.11", in: goldenIn{v6: true, proto: craft.TCP}, verdict: dataplane.VerdictForward},
-	{desc: "GUE v4-in-v6", method: "GUE", backend: "2001:db8:10::11", in: goldenIn{proto: craft.UDP}, verdict: dataplane.VerdictForward},
-	{desc: "GUE v4-in-v4 802.1Q", method: "GUE", backend: "10.10.0.11", in: goldenIn{proto: craft.TCP, vlan: 7}, verdict: dataplane.VerdictForward},
+	{desc: "GUE v4-in-v4, UDP checksum 0", method: "GUE", backend: "10.10.0.11", in: goldenIn{proto: packet.ProtoTCP, df: true}, verdict: dataplane.VerdictForward},
+	{desc: "GUE v6-in-v6, UDP checksum set", method: "GUE", backend: "2001:db8:10::11", in: goldenIn{v6: true, proto: packet.ProtoUDP, tos: 0x2a}, verdict: dataplane.VerdictForward},
+	{desc: "GUE v6-in-v4", method: "GUE", backend: "10.10.0.11", in: goldenIn{v6: true, proto: packet.ProtoTCP}, verdict: dataplane.VerdictForward},
+	{desc: "GUE v4-in-v6", method: "GUE", backend: "2001:db8:10::11", in: goldenIn{proto: packet.ProtoUDP}, verdict: dataplane.VerdictForward},
+	{desc: "GUE v4-in-v4 802.1Q", method: "GUE", backend: "10.10.0.11", in: goldenIn{proto: packet.ProtoTCP, vlan: 7}, verdict: dataplane.VerdictForward},
 
 	// Not rewritten.
 	{desc: "ARP for the VIP is passed", method: "IPIP", backend: "10.10.0.11", in: goldenIn{arp: true}, verdict: dataplane.VerdictPass},
@@ -145,14 +146,14 @@ func goldenFrame(tb testing.TB, in goldenIn) (frame []byte, l3, ipLen int) {
 	switch {
 	case in.later:
 		ls = append(ls, gopacket.Payload(bytes.Repeat([]byte{0xab}, 40)))
-	case in.proto == craft.TCP:
+	case in.proto == packet.ProtoTCP:
 		tcp := &layers.TCP{SrcPort: 40000, DstPort: 443, Seq: 7, Ack: 9, ACK: true, PSH: true, Window: 512}
 		tcp.SetNetworkLayerForChecksum(ip)
 		ls = append(ls, tcp)
 		if in.pad > 0 {
 			payload = nil // a bare segment: short enough to need padding
 		}
-	case in.proto == craft.UDP:
+	case in.proto == packet.ProtoUDP:
 		udp := &layers.UDP{SrcPort: 40000, DstPort: 443}
 		udp.SetNetworkLayerForChecksum(ip)
 		ls = append(ls, udp)

@@ -23,6 +23,7 @@ import (
 	"xlb/controlplane/cptest"
 	"xlb/dataplane"
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 	"xlb/maglev"
 )
 
@@ -151,14 +152,14 @@ func specL3Rig(tb testing.TB, affinity, mode string, n int) *cptest.Rig {
 }
 
 // specPacket describes a packet of any protocol, with ports for TCP and UDP.
-func specPacket(src, dst netip.Addr, proto uint8, sport, dport uint16, frag craft.Frag) craft.Packet {
+func specPacket(src, dst netip.Addr, proto packet.Proto, sport, dport uint16, frag craft.Frag) craft.Packet {
 	p := craft.Packet{Src: src, Dst: dst, Proto: proto, Frag: frag}
 	switch proto {
-	case craft.TCP, craft.UDP:
+	case packet.ProtoTCP, packet.ProtoUDP:
 		p.SrcPort, p.DstPort = sport, dport
-	case craft.ICMP:
+	case packet.ProtoICMP:
 		p.ICMPType = 8 // echo request
-	case craft.ICMPv6:
+	case packet.ProtoICMPv6:
 		p.ICMPType = 128
 	}
 	return p
@@ -197,7 +198,7 @@ func specService(tb testing.TB, r *cptest.Rig, name string) *dataplane.Service {
 // specHash is the selection hash of SPEC §2 for a tuple of the given kind,
 // computed from the packet fields with dataplane.FlowHash: the fields the
 // kind leaves out are zero.
-func specHash(kind conntrack.Kind, src, dst netip.Addr, sport, dport uint16, proto uint8) uint64 {
+func specHash(kind conntrack.Kind, src, dst netip.Addr, sport, dport uint16, proto packet.Proto) uint64 {
 	s, d := dataplane.Addr16(src), dataplane.Addr16(dst)
 	switch kind {
 	case conntrack.Kind2T:
@@ -278,7 +279,7 @@ func TestFR1_NonVIPTrafficPassesUntouched(t *testing.T) {
 		return f
 	}
 	ndp := func(dst string, typ uint8) []byte {
-		p := cptest.Proto(specClient6, dst, craft.ICMPv6)
+		p := cptest.Proto(specClient6, dst, packet.ProtoICMPv6)
 		p.ICMPType = typ
 		return build(p)
 	}
@@ -293,7 +294,7 @@ func TestFR1_NonVIPTrafficPassesUntouched(t *testing.T) {
 		{"bgp to the host", build(cptest.TCP("203.0.113.1", host4, 179, 50000, "A"))},
 		{"health-check reply", build(fromBackend)},
 		{"udp to another address", build(cptest.UDP(specClient4, "203.0.113.11", 5000, 53))},
-		{"icmp echo to the host", build(cptest.Proto(specClient4, host4, craft.ICMP))},
+		{"icmp echo to the host", build(cptest.Proto(specClient4, host4, packet.ProtoICMP))},
 		{"arp who-has VIP", arp},
 		{"ndp neighbour solicitation to the VIP", ndp(specVIP6, 135)},
 		{"ndp neighbour advertisement to the VIP", ndp(specVIP6, 136)},
@@ -326,15 +327,15 @@ func TestFR1_NonVIPTrafficPassesUntouched(t *testing.T) {
 	decided := []craft.Packet{
 		cptest.TCP(specClient4, specVIP4, 50000, 22, "S"),
 		cptest.UDP(specClient6, specVIP6, 5000, 53),
-		cptest.Proto(specClient4, specVIP4, craft.ICMP),
-		cptest.Proto(specClient6, specVIP6, craft.ICMPv6), // echo: not NDP
-		specPacket(client4, netip.MustParseAddr(specVIP4), craft.ESP, 0, 0, craft.FragNone),
+		cptest.Proto(specClient4, specVIP4, packet.ProtoICMP),
+		cptest.Proto(specClient6, specVIP6, packet.ProtoICMPv6), // echo: not NDP
+		specPacket(client4, netip.MustParseAddr(specVIP4), packet.ProtoESP, 0, 0, craft.FragNone),
 	}
 	for _, p := range decided {
 		res := r.Send(p)
-		specForward(t, res, fmt.Sprintf("%s %s -> %s", craft.ProtoName(p.Proto), p.Src, p.Dst))
+		specForward(t, res, fmt.Sprintf("%s %s -> %s", p.Proto.String(), p.Src, p.Dst))
 		if res.Rule == nil || res.Service.Name != "web" {
-			t.Errorf("VIP packet %s: rule %v, want a rule of service web", craft.ProtoName(p.Proto), res.Rule)
+			t.Errorf("VIP packet %s: rule %v, want a rule of service web", p.Proto.String(), res.Rule)
 		}
 	}
 }
@@ -366,26 +367,26 @@ func TestFR2_RuleProtocolsAndPrecedence(t *testing.T) {
 		rule   string // "" means dropped, no-rule
 		svcFor string
 	}{
-		{"tcp on a listed port takes the TCP rule", specPacket(c4, v4, craft.TCP, 40000, 80, craft.FragNone), "web", "tcp"},
-		{"tcp on the other listed port", specPacket(c4, v4, craft.TCP, 40000, 443, craft.FragNone), "web", "tcp"},
-		{"tcp on an unlisted port falls to L3_DEFAULT", specPacket(c4, v4, craft.TCP, 40000, 8080, craft.FragNone), "all", "l3"},
-		{"udp on the listed port takes the UDP rule", specPacket(c4, v4, craft.UDP, 5000, 53, craft.FragNone), "dns", "udp"},
-		{"udp on port 80 is not taken by the TCP rule", specPacket(c4, v4, craft.UDP, 5000, 80, craft.FragNone), "all", "l3"},
-		{"esp", specPacket(c4, v4, craft.ESP, 0, 0, craft.FragNone), "all", "l3"},
-		{"gre", specPacket(c4, v4, craft.GRE, 0, 0, craft.FragNone), "all", "l3"},
-		{"icmp", specPacket(c4, v4, craft.ICMP, 0, 0, craft.FragNone), "all", "l3"},
+		{"tcp on a listed port takes the TCP rule", specPacket(c4, v4, packet.ProtoTCP, 40000, 80, craft.FragNone), "web", "tcp"},
+		{"tcp on the other listed port", specPacket(c4, v4, packet.ProtoTCP, 40000, 443, craft.FragNone), "web", "tcp"},
+		{"tcp on an unlisted port falls to L3_DEFAULT", specPacket(c4, v4, packet.ProtoTCP, 40000, 8080, craft.FragNone), "all", "l3"},
+		{"udp on the listed port takes the UDP rule", specPacket(c4, v4, packet.ProtoUDP, 5000, 53, craft.FragNone), "dns", "udp"},
+		{"udp on port 80 is not taken by the TCP rule", specPacket(c4, v4, packet.ProtoUDP, 5000, 80, craft.FragNone), "all", "l3"},
+		{"esp", specPacket(c4, v4, packet.ProtoESP, 0, 0, craft.FragNone), "all", "l3"},
+		{"gre", specPacket(c4, v4, packet.ProtoGRE, 0, 0, craft.FragNone), "all", "l3"},
+		{"icmp", specPacket(c4, v4, packet.ProtoICMP, 0, 0, craft.FragNone), "all", "l3"},
 		{"sctp (132) is not L3_DEFAULT's", specPacket(c4, v4, 132, 0, 0, craft.FragNone), "", ""},
 		{"ah-less protocol 103 (PIM) is not L3_DEFAULT's", specPacket(c4, v4, 103, 0, 0, craft.FragNone), "", ""},
-		{"v6 tcp on the listed port", specPacket(c6, v6, craft.TCP, 40000, 443, craft.FragNone), "web6", "tcp6"},
-		{"v6 tcp elsewhere", specPacket(c6, v6, craft.TCP, 40000, 22, craft.FragNone), "all6", "l36"},
-		{"v6 udp", specPacket(c6, v6, craft.UDP, 5000, 53, craft.FragNone), "all6", "l36"},
-		{"v6 icmpv6 echo", specPacket(c6, v6, craft.ICMPv6, 0, 0, craft.FragNone), "all6", "l36"},
-		{"v6 esp", specPacket(c6, v6, craft.ESP, 0, 0, craft.FragNone), "all6", "l36"},
-		{"v6 gre", specPacket(c6, v6, craft.GRE, 0, 0, craft.FragNone), "all6", "l36"},
+		{"v6 tcp on the listed port", specPacket(c6, v6, packet.ProtoTCP, 40000, 443, craft.FragNone), "web6", "tcp6"},
+		{"v6 tcp elsewhere", specPacket(c6, v6, packet.ProtoTCP, 40000, 22, craft.FragNone), "all6", "l36"},
+		{"v6 udp", specPacket(c6, v6, packet.ProtoUDP, 5000, 53, craft.FragNone), "all6", "l36"},
+		{"v6 icmpv6 echo", specPacket(c6, v6, packet.ProtoICMPv6, 0, 0, craft.FragNone), "all6", "l36"},
+		{"v6 esp", specPacket(c6, v6, packet.ProtoESP, 0, 0, craft.FragNone), "all6", "l36"},
+		{"v6 gre", specPacket(c6, v6, packet.ProtoGRE, 0, 0, craft.FragNone), "all6", "l36"},
 		{"v6 sctp", specPacket(c6, v6, 132, 0, 0, craft.FragNone), "", ""},
-		{"TCP-only VIP: tcp on its port", specPacket(c4, only, craft.TCP, 40000, 80, craft.FragNone), "only-tcp", "tcp"},
-		{"TCP-only VIP: udp", specPacket(c4, only, craft.UDP, 40000, 80, craft.FragNone), "", ""},
-		{"TCP-only VIP: icmp", specPacket(c4, only, craft.ICMP, 0, 0, craft.FragNone), "", ""},
+		{"TCP-only VIP: tcp on its port", specPacket(c4, only, packet.ProtoTCP, 40000, 80, craft.FragNone), "only-tcp", "tcp"},
+		{"TCP-only VIP: udp", specPacket(c4, only, packet.ProtoUDP, 40000, 80, craft.FragNone), "", ""},
+		{"TCP-only VIP: icmp", specPacket(c4, only, packet.ProtoICMP, 0, 0, craft.FragNone), "", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -425,7 +426,7 @@ func TestFR3_PortsRangesAllPortsAndFragments(t *testing.T) {
 	v4, v6 := netip.MustParseAddr(specVIP4), netip.MustParseAddr(specVIP6)
 	all, l3v := netip.MustParseAddr(vipAll), netip.MustParseAddr(vipL3)
 	tcp := func(dst netip.Addr, dport uint16, f craft.Frag) craft.Packet {
-		return specPacket(c4, dst, craft.TCP, 40000, dport, f)
+		return specPacket(c4, dst, packet.ProtoTCP, 40000, dport, f)
 	}
 	cases := []struct {
 		name string
@@ -443,7 +444,7 @@ func TestFR3_PortsRangesAllPortsAndFragments(t *testing.T) {
 		{"port_range start", tcp(v4, 9000, craft.FragNone), "range"},
 		{"port_range end", tcp(v4, 9100, craft.FragNone), "range"},
 		{"above port_range", tcp(v4, 9101, craft.FragNone), ""},
-		{"all_ports udp, any port", specPacket(c4, v4, craft.UDP, 1, 65535, craft.FragNone), "alludp"},
+		{"all_ports udp, any port", specPacket(c4, v4, packet.ProtoUDP, 1, 65535, craft.FragNone), "alludp"},
 		{"all_ports tcp, port 1", tcp(all, 1, craft.FragNone), "alltcp"},
 		{"all_ports tcp, port 65535", tcp(all, 65535, craft.FragNone), "alltcp"},
 		// Fragments.
@@ -454,17 +455,17 @@ func TestFR3_PortsRangesAllPortsAndFragments(t *testing.T) {
 		{"last fragment: no port, listed rules do not match", tcp(v4, 443, craft.FragLast), ""},
 		{"middle fragment matches an all_ports rule", tcp(all, 443, craft.FragMiddle), "alltcp"},
 		{"last fragment matches an all_ports rule", tcp(all, 443, craft.FragLast), "alltcp"},
-		{"udp middle fragment matches all_ports udp", specPacket(c4, v4, craft.UDP, 5000, 53, craft.FragMiddle), "alludp"},
-		{"udp last fragment matches all_ports udp", specPacket(c4, v4, craft.UDP, 5000, 53, craft.FragLast), "alludp"},
+		{"udp middle fragment matches all_ports udp", specPacket(c4, v4, packet.ProtoUDP, 5000, 53, craft.FragMiddle), "alludp"},
+		{"udp last fragment matches all_ports udp", specPacket(c4, v4, packet.ProtoUDP, 5000, 53, craft.FragLast), "alludp"},
 		{"L3_DEFAULT VIP: first fragment on the TCP rule's port", tcp(l3v, 80, craft.FragFirst), "tcp80"},
 		{"L3_DEFAULT VIP: middle fragment falls to L3_DEFAULT", tcp(l3v, 80, craft.FragMiddle), "l3"},
 		{"L3_DEFAULT VIP: last fragment falls to L3_DEFAULT", tcp(l3v, 80, craft.FragLast), "l3"},
-		{"v6 listed port", specPacket(c6, v6, craft.UDP, 7000, 53, craft.FragNone), "list6"},
-		{"v6 listed range", specPacket(c6, v6, craft.UDP, 7000, 5010, craft.FragNone), "list6"},
-		{"v6 first fragment on a listed port", specPacket(c6, v6, craft.UDP, 7000, 5001, craft.FragFirst), "list6"},
-		{"v6 middle fragment", specPacket(c6, v6, craft.UDP, 7000, 5001, craft.FragMiddle), ""},
-		{"v6 last fragment", specPacket(c6, v6, craft.UDP, 7000, 5001, craft.FragLast), ""},
-		{"v6 unlisted port", specPacket(c6, v6, craft.UDP, 7000, 5011, craft.FragNone), ""},
+		{"v6 listed port", specPacket(c6, v6, packet.ProtoUDP, 7000, 53, craft.FragNone), "list6"},
+		{"v6 listed range", specPacket(c6, v6, packet.ProtoUDP, 7000, 5010, craft.FragNone), "list6"},
+		{"v6 first fragment on a listed port", specPacket(c6, v6, packet.ProtoUDP, 7000, 5001, craft.FragFirst), "list6"},
+		{"v6 middle fragment", specPacket(c6, v6, packet.ProtoUDP, 7000, 5001, craft.FragMiddle), ""},
+		{"v6 last fragment", specPacket(c6, v6, packet.ProtoUDP, 7000, 5001, craft.FragLast), ""},
+		{"v6 unlisted port", specPacket(c6, v6, packet.ProtoUDP, 7000, 5011, craft.FragNone), ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -494,10 +495,10 @@ func TestFR4_NoRuleIsDroppedAndCounted(t *testing.T) {
 		specRule{Name: "web", VIP: specVIP4, Proto: "TCP", Ports: `ports = ["80"]`, Service: "web"}.String()))
 	c4, v4 := netip.MustParseAddr(specClient4), netip.MustParseAddr(specVIP4)
 	for i, p := range []craft.Packet{
-		specPacket(c4, v4, craft.TCP, 40000, 81, craft.FragNone),
-		specPacket(c4, v4, craft.UDP, 40000, 80, craft.FragNone),
-		specPacket(c4, v4, craft.ICMP, 0, 0, craft.FragNone),
-		specPacket(c4, v4, craft.TCP, 40000, 80, craft.FragMiddle),
+		specPacket(c4, v4, packet.ProtoTCP, 40000, 81, craft.FragNone),
+		specPacket(c4, v4, packet.ProtoUDP, 40000, 80, craft.FragNone),
+		specPacket(c4, v4, packet.ProtoICMP, 0, 0, craft.FragNone),
+		specPacket(c4, v4, packet.ProtoTCP, 40000, 80, craft.FragMiddle),
 	} {
 		before := r.W.Stats().Drops[dataplane.ReasonNoRule].Load()
 		res := r.Send(p)
@@ -513,7 +514,7 @@ func TestFR4_NoRuleIsDroppedAndCounted(t *testing.T) {
 		t.Errorf("dropped packets left %d tracking entries", n)
 	}
 	// The control: the rule's own traffic is forwarded.
-	specForward(t, r.Send(specPacket(c4, v4, craft.TCP, 40000, 80, craft.FragNone)), "tcp 80")
+	specForward(t, r.Send(specPacket(c4, v4, packet.ProtoTCP, 40000, 80, craft.FragNone)), "tcp 80")
 }
 
 // ---------------------------------------------------------------- FR5
@@ -538,12 +539,12 @@ func TestFR5_FragmentsFollowTheClient(t *testing.T) {
 					client, vip = specAddr("2001:db8:c::", i+1), netip.MustParseAddr(specVIP6)
 				}
 				port := func() uint16 { return uint16(1024 + rng.IntN(60000)) }
-				whole := specPacket(client, vip, craft.UDP, port(), port(), craft.FragNone)
+				whole := specPacket(client, vip, packet.ProtoUDP, port(), port(), craft.FragNone)
 				sport, dport := port(), port()
 				frags := []craft.Packet{
-					specPacket(client, vip, craft.UDP, sport, dport, craft.FragFirst),
-					specPacket(client, vip, craft.UDP, sport, dport, craft.FragMiddle),
-					specPacket(client, vip, craft.UDP, sport, dport, craft.FragLast),
+					specPacket(client, vip, packet.ProtoUDP, sport, dport, craft.FragFirst),
+					specPacket(client, vip, packet.ProtoUDP, sport, dport, craft.FragMiddle),
+					specPacket(client, vip, packet.ProtoUDP, sport, dport, craft.FragLast),
 				}
 				seq := append([]craft.Packet{whole}, frags...)
 				if i%2 == 1 { // fragments first
@@ -574,8 +575,8 @@ func TestFR5_FragmentsFollowTheClient(t *testing.T) {
 		split := 0
 		for i := range 50 {
 			client, vip := specAddr("198.18.0.0", i+1), netip.MustParseAddr(specVIP4)
-			a := specForward(t, r.Send(specPacket(client, vip, craft.UDP, 5000, 53, craft.FragNone)), "whole")
-			b := specForward(t, r.Send(specPacket(client, vip, craft.UDP, 5000, 53, craft.FragMiddle)), "fragment")
+			a := specForward(t, r.Send(specPacket(client, vip, packet.ProtoUDP, 5000, 53, craft.FragNone)), "whole")
+			b := specForward(t, r.Send(specPacket(client, vip, packet.ProtoUDP, 5000, 53, craft.FragMiddle)), "fragment")
 			if a != b {
 				split++
 			}
@@ -730,8 +731,8 @@ func TestFR7_ConfigRejections(t *testing.T) {
 // ---------------------------------------------------------------- A1
 
 // specA1Kind is SPEC §2's table: the tuple the selection hash is built from.
-func specA1Kind(affinity string, proto uint8, frag craft.Frag) conntrack.Kind {
-	portInfo := (proto == craft.TCP || proto == craft.UDP) && frag == craft.FragNone
+func specA1Kind(affinity string, proto packet.Proto, frag craft.Frag) conntrack.Kind {
+	portInfo := (proto == packet.ProtoTCP || proto == packet.ProtoUDP) && frag == craft.FragNone
 	switch affinity {
 	case "CLIENT_IP":
 		return conntrack.Kind2T
@@ -751,8 +752,8 @@ var specAffinities = []string{"NONE", "CLIENT_IP_PORT_PROTO", "CLIENT_IP_PROTO",
 // value and the backend, against the §2 table and an independent
 // FlowHash + Maglev lookup.
 func TestA1_SelectionHashPerAffinity(t *testing.T) {
-	protos4 := []uint8{craft.TCP, craft.UDP, craft.ESP, craft.GRE, craft.ICMP}
-	protos6 := []uint8{craft.TCP, craft.UDP, craft.ESP, craft.GRE, craft.ICMPv6}
+	protos4 := []packet.Proto{packet.ProtoTCP, packet.ProtoUDP, packet.ProtoESP, packet.ProtoGRE, packet.ProtoICMP}
+	protos6 := []packet.Proto{packet.ProtoTCP, packet.ProtoUDP, packet.ProtoESP, packet.ProtoGRE, packet.ProtoICMPv6}
 	frags := []craft.Frag{craft.FragNone, craft.FragFirst, craft.FragMiddle, craft.FragLast}
 	for _, aff := range specAffinities {
 		t.Run(aff, func(t *testing.T) {
@@ -765,16 +766,16 @@ func TestA1_SelectionHashPerAffinity(t *testing.T) {
 				}
 				proto := protos[rng.IntN(len(protos))]
 				frag := craft.FragNone
-				if rng.IntN(3) == 0 && proto != craft.ICMP && proto != craft.ICMPv6 {
+				if rng.IntN(3) == 0 && proto != packet.ProtoICMP && proto != packet.ProtoICMPv6 {
 					frag = frags[1+rng.IntN(3)]
 				}
 				sport, dport := uint16(1+rng.IntN(65535)), uint16(1+rng.IntN(65535))
 				p := specPacket(src, dst, proto, sport, dport, frag)
-				if proto == craft.TCP {
+				if proto == packet.ProtoTCP {
 					p.Flags = "S" // a new connection: selected, not looked up
 				}
 				res := r.Send(p)
-				what := fmt.Sprintf("%s %s frag %d", craft.ProtoName(proto), src, frag)
+				what := fmt.Sprintf("%s %s frag %d", proto.String(), src, frag)
 				got := specForward(t, res, what)
 				kind := specA1Kind(aff, proto, frag)
 				if res.SelKind != kind {
@@ -799,24 +800,24 @@ func TestA1_WhichFieldsMoveTheBackend(t *testing.T) {
 	vip := netip.MustParseAddr(specVIP4)
 	type variation struct {
 		name  string
-		proto uint8
+		proto packet.Proto
 		frag  craft.Frag
 		// vary returns the i-th variant of a base packet of one client.
 		vary func(p craft.Packet, i int) craft.Packet
 	}
 	sport := func(p craft.Packet, i int) craft.Packet { p.SrcPort = uint16(1024 + 7*i); return p }
 	dport := func(p craft.Packet, i int) craft.Packet { p.DstPort = uint16(1 + 13*i); return p }
-	protos := []uint8{craft.TCP, craft.UDP, craft.ESP, craft.GRE, craft.ICMP}
+	protos := []packet.Proto{packet.ProtoTCP, packet.ProtoUDP, packet.ProtoESP, packet.ProtoGRE, packet.ProtoICMP}
 	proto := func(p craft.Packet, i int) craft.Packet {
 		return specPacket(p.Src, p.Dst, protos[i%len(protos)], uint16(1024+i), uint16(1+i), craft.FragNone)
 	}
 	vars := []variation{
-		{"tcp sport", craft.TCP, craft.FragNone, sport},
-		{"tcp dport", craft.TCP, craft.FragNone, dport},
-		{"udp sport", craft.UDP, craft.FragNone, sport},
-		{"udp first-fragment sport", craft.UDP, craft.FragFirst, sport},
-		{"tcp first-fragment dport", craft.TCP, craft.FragFirst, dport},
-		{"proto and ports", craft.TCP, craft.FragNone, proto},
+		{"tcp sport", packet.ProtoTCP, craft.FragNone, sport},
+		{"tcp dport", packet.ProtoTCP, craft.FragNone, dport},
+		{"udp sport", packet.ProtoUDP, craft.FragNone, sport},
+		{"udp first-fragment sport", packet.ProtoUDP, craft.FragFirst, sport},
+		{"tcp first-fragment dport", packet.ProtoTCP, craft.FragFirst, dport},
+		{"proto and ports", packet.ProtoTCP, craft.FragNone, proto},
 	}
 	// moves says whether the variation may change the backend: SPEC §2 for
 	// the affinity and packet kind.
@@ -836,7 +837,7 @@ func TestA1_WhichFieldsMoveTheBackend(t *testing.T) {
 					first, firstHash := "", uint64(0)
 					for i := range 25 {
 						p := v.vary(base, i)
-						if p.Proto == craft.TCP {
+						if p.Proto == packet.ProtoTCP {
 							p.Flags = "S"
 						}
 						res := r.Send(p)

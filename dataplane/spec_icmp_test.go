@@ -16,6 +16,7 @@ import (
 	"xlb/controlplane/cptest"
 	"xlb/dataplane"
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 )
 
 const specRouter4, specRouter6 = "198.51.100.254", "2001:db8:e::1"
@@ -37,9 +38,9 @@ func specX1Config(n int) string {
 // according to q's family.
 func specICMPError(q craft.Packet, typ, code uint8) craft.Packet {
 	if q.Src.Is4() {
-		return craft.Packet{Src: netip.MustParseAddr(specRouter4), Dst: q.Src, Proto: craft.ICMP, ICMPType: typ, ICMPCode: code, Inner: &q}
+		return craft.Packet{Src: netip.MustParseAddr(specRouter4), Dst: q.Src, Proto: packet.ProtoICMP, ICMPType: typ, ICMPCode: code, Inner: &q}
 	}
-	return craft.Packet{Src: netip.MustParseAddr(specRouter6), Dst: q.Src, Proto: craft.ICMPv6, ICMPType: typ, ICMPCode: code, Inner: &q}
+	return craft.Packet{Src: netip.MustParseAddr(specRouter6), Dst: q.Src, Proto: packet.ProtoICMPv6, ICMPType: typ, ICMPCode: code, Inner: &q}
 }
 
 // specReply is the packet a backend sends back to a client (DSR: from the
@@ -95,7 +96,7 @@ func TestX1_ICMPErrorsFollowTheQuotedFlow(t *testing.T) {
 			}
 			// The decision is about the client's flow: the quote reversed.
 			if res.Flow.Src != dataplane.Addr16(c.syn.Src) || res.Flow.Dst != dataplane.Addr16(c.syn.Dst) ||
-				res.Flow.SrcPort != c.syn.SrcPort || res.Flow.DstPort != c.syn.DstPort || res.Flow.Proto != craft.TCP {
+				res.Flow.SrcPort != c.syn.SrcPort || res.Flow.DstPort != c.syn.DstPort || res.Flow.Proto != packet.ProtoTCP {
 				t.Fatalf("%s: decided for flow %+v, want the reversed quote", what, res.Flow)
 			}
 			specNoTableChange(t, r, st, n, what)
@@ -104,7 +105,7 @@ func TestX1_ICMPErrorsFollowTheQuotedFlow(t *testing.T) {
 			if !bytes.Equal(res.Out[12:], res.In[12:]) || !bytes.Equal(res.Out[0:6], res.Backend.MAC[:]) {
 				t.Fatalf("%s: rewritten frame differs beyond the MACs", what)
 			}
-			h := specHash(conntrack.Kind5T, c.syn.Src, c.syn.Dst, c.syn.SrcPort, c.syn.DstPort, craft.TCP)
+			h := specHash(conntrack.Kind5T, c.syn.Src, c.syn.Dst, c.syn.SrcPort, c.syn.DstPort, packet.ProtoTCP)
 			if specPick(t, r, c.svc, h).Name != c.backend {
 				moved++
 			}
@@ -152,7 +153,7 @@ func TestX1_ICMPErrorsFollowTheQuotedFlow(t *testing.T) {
 			cptest.UDP(specClientN(0), specVIP4, conns[0].syn.SrcPort, 53), // a client with a TCP entry: other service
 		}
 		for _, p := range unseen {
-			typ, code, svc := uint8(3), uint8(4), map[uint8]string{craft.TCP: "web4", craft.UDP: "dns"}[p.Proto]
+			typ, code, svc := uint8(3), uint8(4), map[packet.Proto]string{packet.ProtoTCP: "web4", packet.ProtoUDP: "dns"}[p.Proto]
 			if p.Src.Is6() {
 				typ, code, svc = 2, 0, "web6"
 			}
@@ -195,7 +196,7 @@ func TestX1_ICMPErrorsFollowTheQuotedFlow(t *testing.T) {
 		st, n := r.Conntrack().Stats(), r.Conntrack().Len()
 		res := r.Send(specICMPError(specReply(c.syn), 3, 4))
 		got := specForward(t, res, "error for a removed backend's flow")
-		want := specPick(t, r, "web4", specHash(conntrack.Kind5T, c.syn.Src, c.syn.Dst, c.syn.SrcPort, c.syn.DstPort, craft.TCP)).Name
+		want := specPick(t, r, "web4", specHash(conntrack.Kind5T, c.syn.Src, c.syn.Dst, c.syn.SrcPort, c.syn.DstPort, packet.ProtoTCP)).Name
 		if res.Track != dataplane.TrackUntracked || got != want || got == c.backend {
 			t.Fatalf("track %s backend %s, want untracked on %s (not the removed %s)", res.Track, got, want, c.backend)
 		}
@@ -209,7 +210,7 @@ func TestX1_ICMPErrorsFollowTheQuotedFlow(t *testing.T) {
 
 	t.Run("NDP is passed", func(t *testing.T) {
 		for _, typ := range []uint8{133, 134, 135, 136, 137} {
-			p := cptest.Proto(specRouter6, specVIP6, craft.ICMPv6)
+			p := cptest.Proto(specRouter6, specVIP6, packet.ProtoICMPv6)
 			p.ICMPType = typ
 			frame, err := craft.Build(&p)
 			if err != nil {

@@ -11,6 +11,7 @@ import (
 	"xlb/controlplane/cptest"
 	"xlb/dataplane"
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 )
 
 var specModes = []string{"PER_CONNECTION", "PER_SESSION"}
@@ -18,22 +19,22 @@ var specModes = []string{"PER_CONNECTION", "PER_SESSION"}
 // specClass names a packet class of the T2 table.
 type specClass struct {
 	name  string
-	proto uint8
+	proto packet.Proto
 	frag  craft.Frag
 }
 
 var specClasses = []specClass{
-	{"tcp", craft.TCP, craft.FragNone},
-	{"tcp first fragment", craft.TCP, craft.FragFirst},
-	{"tcp later fragment", craft.TCP, craft.FragMiddle},
-	{"udp", craft.UDP, craft.FragNone},
-	{"udp first fragment", craft.UDP, craft.FragFirst},
-	{"udp later fragment", craft.UDP, craft.FragLast},
-	{"esp", craft.ESP, craft.FragNone},
-	{"esp fragment", craft.ESP, craft.FragMiddle},
-	{"gre", craft.GRE, craft.FragNone},
-	{"icmp", craft.ICMP, craft.FragNone},
-	{"icmpv6", craft.ICMPv6, craft.FragNone},
+	{"tcp", packet.ProtoTCP, craft.FragNone},
+	{"tcp first fragment", packet.ProtoTCP, craft.FragFirst},
+	{"tcp later fragment", packet.ProtoTCP, craft.FragMiddle},
+	{"udp", packet.ProtoUDP, craft.FragNone},
+	{"udp first fragment", packet.ProtoUDP, craft.FragFirst},
+	{"udp later fragment", packet.ProtoUDP, craft.FragLast},
+	{"esp", packet.ProtoESP, craft.FragNone},
+	{"esp fragment", packet.ProtoESP, craft.FragMiddle},
+	{"gre", packet.ProtoGRE, craft.FragNone},
+	{"icmp", packet.ProtoICMP, craft.FragNone},
+	{"icmpv6", packet.ProtoICMPv6, craft.FragNone},
 }
 
 // specT2 is SPEC T2's table, cell by cell, keyed by affinity and mode, then
@@ -59,8 +60,8 @@ var specT2 = map[[2]string]map[string]conntrack.Kind{
 
 // specT2Kind looks a packet class up in specT2.
 func specT2Kind(affinity, mode string, c specClass) (conntrack.Kind, bool) {
-	col := craft.ProtoName(c.proto)
-	if c.frag != craft.FragNone && (c.proto == craft.TCP || c.proto == craft.UDP) {
+	col := c.proto.String()
+	if c.frag != craft.FragNone && (c.proto == packet.ProtoTCP || c.proto == packet.ProtoUDP) {
 		col += "-frag"
 	}
 	k, ok := specT2[[2]string{affinity, mode}][col]
@@ -70,7 +71,7 @@ func specT2Kind(affinity, mode string, c specClass) (conntrack.Kind, bool) {
 // specClassPacket is a packet of class c from client to the VIP of its family.
 func specClassPacket(c specClass, client int, sport uint16) craft.Packet {
 	src, dst := specAddr("198.18.0.0", client), netip.MustParseAddr(specVIP4)
-	if c.proto == craft.ICMPv6 {
+	if c.proto == packet.ProtoICMPv6 {
 		src, dst = specAddr("2001:db8:c::", client), netip.MustParseAddr(specVIP6)
 	}
 	return specPacket(src, dst, c.proto, sport, 443, c.frag)
@@ -81,7 +82,7 @@ func specClassPacket(c specClass, client int, sport uint16) craft.Packet {
 func specWantKey(kind conntrack.Kind, p craft.Packet, service uint16) conntrack.Key {
 	k := conntrack.Key{Src: dataplane.Addr16(p.Src), Dst: dataplane.Addr16(p.Dst), Kind: kind, Service: service}
 	if kind != conntrack.Kind2T {
-		k.Proto = p.Proto
+		k.Proto = uint8(p.Proto)
 	}
 	if kind == conntrack.Kind5T {
 		k.SrcPort, k.DstPort = p.SrcPort, p.DstPort
@@ -103,11 +104,11 @@ func specEntries(r *cptest.Rig) map[conntrack.Key]conntrack.Entry {
 
 func TestT1_TrackableProtocols(t *testing.T) {
 	// T1 in its own words.
-	trackable := func(affinity string, proto uint8) bool {
+	trackable := func(affinity string, proto packet.Proto) bool {
 		switch proto {
-		case craft.TCP:
+		case packet.ProtoTCP:
 			return true
-		case craft.UDP, craft.ESP, craft.GRE:
+		case packet.ProtoUDP, packet.ProtoESP, packet.ProtoGRE:
 			return affinity != "NONE"
 		}
 		return false
@@ -204,7 +205,7 @@ func TestT3_KeysAreExact(t *testing.T) {
 	v4, v6 := netip.MustParseAddr(specVIP4), netip.MustParseAddr(specVIP6)
 	for c := range 8 {
 		src := specAddr("198.18.0.0", c+1)
-		base := specPacket(src, v4, craft.TCP, 40000, 443, craft.FragNone)
+		base := specPacket(src, v4, packet.ProtoTCP, 40000, 443, craft.FragNone)
 		flows = append(flows, base)
 		for i := range 4 {
 			p := base
@@ -218,16 +219,16 @@ func TestT3_KeysAreExact(t *testing.T) {
 			flows = append(flows, p)
 		}
 		udp := base
-		udp.Proto = craft.UDP // protocol only
+		udp.Proto = packet.ProtoUDP // protocol only
 		flows = append(flows, udp)
-		flows = append(flows, specPacket(src, v4, craft.ESP, 0, 0, craft.FragNone))         // 3T of the same client
-		flows = append(flows, specPacket(src, v4, craft.UDP, 40000, 443, craft.FragMiddle)) // 3T UDP
-		flows = append(flows, specPacket(specAddr("2001:db8:c::", c+1), v6, craft.TCP, 40000, 443, craft.FragNone))
+		flows = append(flows, specPacket(src, v4, packet.ProtoESP, 0, 0, craft.FragNone))         // 3T of the same client
+		flows = append(flows, specPacket(src, v4, packet.ProtoUDP, 40000, 443, craft.FragMiddle)) // 3T UDP
+		flows = append(flows, specPacket(specAddr("2001:db8:c::", c+1), v6, packet.ProtoTCP, 40000, 443, craft.FragNone))
 	}
 	chosen := make([]string, len(flows))
 	keys := map[conntrack.Key]int{}
 	for i, p := range flows {
-		if p.Proto == craft.TCP {
+		if p.Proto == packet.ProtoTCP {
 			p.Flags = "S"
 		}
 		res := r.Send(p)
@@ -251,7 +252,7 @@ func TestT3_KeysAreExact(t *testing.T) {
 	r.Reload(cfg(16))
 	differs, misses := 0, 0
 	for i, p := range flows {
-		if p.Proto == craft.TCP {
+		if p.Proto == packet.ProtoTCP {
 			p.Flags = "A"
 		}
 		res := r.Send(p)
@@ -388,8 +389,8 @@ func (g *specGrowRig) grow() { g.Reload(g.text(8)) }
 // service's affinity (§2, S1).
 func (g *specGrowRig) pick(tb testing.TB, affinity string, src string, sport, dport uint16) string {
 	tb.Helper()
-	kind := specA1Kind(affinity, craft.TCP, craft.FragNone)
-	return specPick(tb, g.Rig, "web", specHash(kind, netip.MustParseAddr(src), netip.MustParseAddr(specVIP4), sport, dport, craft.TCP)).Name
+	kind := specA1Kind(affinity, packet.ProtoTCP, craft.FragNone)
+	return specPick(tb, g.Rig, "web", specHash(kind, netip.MustParseAddr(src), netip.MustParseAddr(specVIP4), sport, dport, packet.ProtoTCP)).Name
 }
 
 const specClients = 40
@@ -660,7 +661,7 @@ func TestR1_EntryRecordedAfterSelection(t *testing.T) {
 	check(cptest.TCP(specClient4, specVIP4, 40000, 443, "S"), dataplane.SidePrimary)
 	// Untracked: nothing.
 	before := r.Conntrack().Len()
-	specForward(t, r.Send(cptest.Proto(specClient4, specVIP4, craft.ICMP)), "icmp")
+	specForward(t, r.Send(cptest.Proto(specClient4, specVIP4, packet.ProtoICMP)), "icmp")
 	if r.Conntrack().Len() != before {
 		t.Fatal("an ICMP echo created an entry")
 	}
@@ -760,10 +761,10 @@ func TestX3_NoEvictionFarBelowCapacity(t *testing.T) {
 	src, dst := dataplane.Addr16(netip.MustParseAddr(specClient4)), dataplane.Addr16(netip.MustParseAddr(specVIP4))
 	families := map[string]func(i int) conntrack.Key{
 		"sport": func(i int) conntrack.Key {
-			return conntrack.Key{Src: src, Dst: dst, SrcPort: uint16(40000 + i), DstPort: 443, Proto: craft.TCP, Kind: conntrack.Kind5T}
+			return conntrack.Key{Src: src, Dst: dst, SrcPort: uint16(40000 + i), DstPort: 443, Proto: uint8(packet.ProtoTCP), Kind: conntrack.Kind5T}
 		},
 		"dport": func(i int) conntrack.Key {
-			return conntrack.Key{Src: src, Dst: dst, SrcPort: 40000, DstPort: uint16(1 + i), Proto: craft.TCP, Kind: conntrack.Kind5T}
+			return conntrack.Key{Src: src, Dst: dst, SrcPort: 40000, DstPort: uint16(1 + i), Proto: uint8(packet.ProtoTCP), Kind: conntrack.Kind5T}
 		},
 		"service": func(i int) conntrack.Key {
 			return conntrack.Key{Src: src, Dst: dst, Kind: conntrack.Kind2T, Service: uint16(i)}

@@ -8,6 +8,7 @@ import (
 	"xlb/controlplane/cptest"
 	"xlb/dataplane"
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 )
 
 // statsFrames are frames of every verdict: new, established, untracked,
@@ -19,19 +20,19 @@ func statsFrames(tb testing.TB) [][]byte {
 	for i := range 8 {
 		src := netip.AddrFrom4([4]byte{100, 64, 1, byte(i)})
 		for _, vip := range []netip.Addr{benchVIPWeb4, benchVIPIPIP, benchVIPGUE4, benchVIPGUE6} {
-			ps = append(ps, craft.Packet{Src: src, Dst: vip, Proto: craft.TCP, SrcPort: 40000, DstPort: 80, Flags: "S"},
-				craft.Packet{Src: src, Dst: vip, Proto: craft.TCP, SrcPort: 40000, DstPort: 80, Flags: "A"})
+			ps = append(ps, craft.Packet{Src: src, Dst: vip, Proto: packet.ProtoTCP, SrcPort: 40000, DstPort: 80, Flags: "S"},
+				craft.Packet{Src: src, Dst: vip, Proto: packet.ProtoTCP, SrcPort: 40000, DstPort: 80, Flags: "A"})
 		}
-		ps = append(ps, craft.Packet{Src: src, Dst: benchVIPWeb4, Proto: craft.UDP, SrcPort: 40000, DstPort: 53})
+		ps = append(ps, craft.Packet{Src: src, Dst: benchVIPWeb4, Proto: packet.ProtoUDP, SrcPort: 40000, DstPort: 53})
 	}
 	ps = append(ps,
-		craft.Packet{Src: c6, Dst: benchVIPWeb6, Proto: craft.TCP, SrcPort: 40000, DstPort: 80, Flags: "S"},
-		craft.Packet{Src: c6, Dst: benchVIPWeb6, Proto: craft.TCP, SrcPort: 40000, DstPort: 80, Flags: "A"},
-		craft.Packet{Src: c4, Dst: benchVIPWeb4, Proto: craft.ESP},
-		craft.Packet{Src: c4, Dst: benchVIPWeb4, Proto: craft.ESP},
-		craft.Packet{Src: c4, Dst: benchVIPIPIP, Proto: craft.TCP, SrcPort: 40000, DstPort: 81},                 // no rule
-		craft.Packet{Src: netip.MustParseAddr("198.18.0.1"), Dst: benchVIPAllow, Proto: craft.TCP, DstPort: 80}, // source not allowed
-		craft.Packet{Src: c4, Dst: benchNotVIP, Proto: craft.TCP, SrcPort: 40000, DstPort: 22},                  // pass
+		craft.Packet{Src: c6, Dst: benchVIPWeb6, Proto: packet.ProtoTCP, SrcPort: 40000, DstPort: 80, Flags: "S"},
+		craft.Packet{Src: c6, Dst: benchVIPWeb6, Proto: packet.ProtoTCP, SrcPort: 40000, DstPort: 80, Flags: "A"},
+		craft.Packet{Src: c4, Dst: benchVIPWeb4, Proto: packet.ProtoESP},
+		craft.Packet{Src: c4, Dst: benchVIPWeb4, Proto: packet.ProtoESP},
+		craft.Packet{Src: c4, Dst: benchVIPIPIP, Proto: packet.ProtoTCP, SrcPort: 40000, DstPort: 81},                 // no rule
+		craft.Packet{Src: netip.MustParseAddr("198.18.0.1"), Dst: benchVIPAllow, Proto: packet.ProtoTCP, DstPort: 80}, // source not allowed
+		craft.Packet{Src: c4, Dst: benchNotVIP, Proto: packet.ProtoTCP, SrcPort: 40000, DstPort: 22},                  // pass
 	)
 	var frames [][]byte
 	for i := range ps {

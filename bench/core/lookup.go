@@ -30,7 +30,7 @@ func lookupKey(i int) conntrack.Key {
 	return conntrack.Key{
 		Src: src.As16(), Dst: flows.DefaultTargets.VIP4.As16(),
 		SrcPort: sport, DstPort: flows.DefaultTargets.TCPPort,
-		Proto: packet.ProtoTCP, Kind: conntrack.Kind5T, Service: 1,
+		Proto: uint8(packet.ProtoTCP), Kind: conntrack.Kind5T, Service: 1,
 	}
 }
 

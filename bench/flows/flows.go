@@ -129,7 +129,7 @@ func (t *Targets) Put(dst []byte, f Flow, size int) []byte {
 	copy(b[0:6], t.DstMAC[:])
 	copy(b[6:12], t.SrcMAC[:])
 	src, sport := Client(f.ID, f.V6)
-	vip, dport, proto := t.VIP4, t.TCPPort, uint8(packet.ProtoTCP)
+	vip, dport, proto := t.VIP4, t.TCPPort, packet.ProtoTCP
 	if f.V6 {
 		vip = t.VIP6
 	}
@@ -145,7 +145,7 @@ func (t *Targets) Put(dst []byte, f Flow, size int) []byte {
 		ip := b[ethLen:l4]
 		binary.BigEndian.PutUint32(ip[0:], 6<<28)
 		binary.BigEndian.PutUint16(ip[4:], uint16(n-l4))
-		ip[6], ip[7] = proto, 64
+		ip[6], ip[7] = byte(proto), 64
 		s, d := src.As16(), vip.As16()
 		copy(ip[8:24], s[:])
 		copy(ip[24:40], d[:])
@@ -157,7 +157,7 @@ func (t *Targets) Put(dst []byte, f Flow, size int) []byte {
 		binary.BigEndian.PutUint16(ip[2:], uint16(n-ethLen))
 		binary.BigEndian.PutUint16(ip[4:], 0x1234)
 		binary.BigEndian.PutUint16(ip[6:], 0) // no flags, offset 0
-		ip[8], ip[9] = 64, proto
+		ip[8], ip[9] = 64, byte(proto)
 		binary.BigEndian.PutUint16(ip[10:], 0)
 		s, d := src.As4(), vip.As4()
 		copy(ip[12:16], s[:])

@@ -26,7 +26,7 @@ func TestPutMatchesCraft(t *testing.T) {
 				continue // craft cannot build an empty payload (0 means its default)
 			}
 			src, sport := Client(f.ID, f.V6)
-			p := craft.Packet{Src: src, Dst: tg.VIP4, Proto: craft.TCP, SrcPort: sport, DstPort: tg.TCPPort, PayloadLen: payload, Flags: "A"}
+			p := craft.Packet{Src: src, Dst: tg.VIP4, Proto: packet.ProtoTCP, SrcPort: sport, DstPort: tg.TCPPort, PayloadLen: payload, Flags: "A"}
 			if f.V6 {
 				p.Dst = tg.VIP6
 			}
@@ -34,7 +34,7 @@ func TestPutMatchesCraft(t *testing.T) {
 			case SYN:
 				p.Flags = "S"
 			case UDP:
-				p.Proto, p.DstPort, p.Flags = craft.UDP, tg.UDPPort, ""
+				p.Proto, p.DstPort, p.Flags = packet.ProtoUDP, tg.UDPPort, ""
 			}
 			want, err := craft.Build(&p)
 			if err != nil {
@@ -78,7 +78,7 @@ func checkFrame(t *testing.T, b []byte, f Flow, tg *Targets) {
 		t.Fatalf("%+v: parse: %v", f, err)
 	}
 	src, sport := Client(f.ID, f.V6)
-	vip, dport, proto := tg.VIP4, tg.TCPPort, uint8(packet.ProtoTCP)
+	vip, dport, proto := tg.VIP4, tg.TCPPort, packet.ProtoTCP
 	if f.V6 {
 		vip = tg.VIP6
 	}
@@ -116,7 +116,7 @@ func TestGenerateMixes(t *testing.T) {
 	type tuple struct {
 		src, dst     netip.Addr
 		sport, dport uint16
-		proto        uint8
+		proto        packet.Proto
 	}
 	for _, m := range append(Mixes(), Mix{Name: "odd", NewShare: 0.3, UDPShare: 0.2, V6Share: 0.5}) {
 		for _, c := range []struct{ live, frames, size int }{{1000, 900, 64}, {100000, 4096, 1500}, {3, 2, 64}} {

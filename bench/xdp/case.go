@@ -8,10 +8,10 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"xlb/bench/internal/nsx"
 	"xlb/bench/xdp/gen"
 	"xlb/bench/xdp/sink"
 	"xlb/bench/xdp/topo"
+	"xlb/internal/nsx"
 )
 
 // Case is one measured case (a row of the report's data).

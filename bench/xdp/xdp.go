@@ -32,12 +32,12 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"xlb/bench/internal/nsx"
 	"xlb/bench/report"
 	"xlb/bench/xdp/gen"
 	"xlb/bench/xdp/sink"
 	"xlb/bench/xdp/topo"
 	"xlb/dataplane/afxdp"
+	"xlb/internal/nsx"
 )
 
 // Config is one `lbbench xdp` run.

@@ -17,9 +17,9 @@ import (
 	"syscall"
 	"time"
 
-	"xlb/bench/internal/nsx"
 	"xlb/bench/xdp/sink"
 	"xlb/bench/xdp/topo"
+	"xlb/internal/nsx"
 )
 
 // The two xlb services on the VIP: untracked (UDP, affinity NONE: Maglev

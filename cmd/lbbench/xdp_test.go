@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"xlb/bench/xdp"
+
+	"xlb/internal/nettest"
 )
 
 // maxHalfLoss is "little loss" for xlb at half of its saturation rate.
@@ -61,9 +63,7 @@ func checkLoss(t *testing.T, prefix string, cases []xdp.Case) {
 // gone afterwards. Figures themselves are not asserted: speed is for the
 // report to show.
 func TestXDPQuickJSON(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("lbbench xdp needs root (network namespaces, veth, XDP, AF_XDP); CI runs it as root")
-	}
+	nettest.RequireRoot(t)
 	const prefix = "lbt"
 	var data xdp.Data
 	r := runJSON(t, &data, "xdp", "--quick", "--json", "--prefix", prefix)

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -16,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"xlb/internal/nettest"
+	"xlb/internal/nsx"
 )
 
 // binPath is the command built once by TestMain, for what only a separate
@@ -135,9 +135,7 @@ func TestProcess(t *testing.T) {
 // TestOffloadOff: on a fresh veth, in a namespace of the test's own, every
 // offload starts on and `offload-off` turns each off.
 func TestOffloadOff(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root (a network namespace and a veth); CI runs as root")
-	}
+	nettest.RequireRoot(t)
 	const ns = "xtso-ns"
 	ip := func(args ...string) {
 		t.Helper()
@@ -174,7 +172,7 @@ func TestOffloadOff(t *testing.T) {
 func offloadsIn(t *testing.T, ns, dev string) []string {
 	t.Helper()
 	var on []string
-	err := inNS(ns, func() error {
+	err := nsx.Do(ns, func() error {
 		var err error
 		on, err = offloadsOn(dev)
 		return err
@@ -183,30 +181,4 @@ func offloadsIn(t *testing.T, ns, dev string) []string {
 		t.Fatal(err)
 	}
 	return on
-}
-
-// inNS runs fn on an OS thread moved into ns, never on the main thread
-// (whose namespace is the process's), and lets the thread end with fn.
-func inNS(ns string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			defer runtime.UnlockOSThread()
-			errc <- inNS(ns, fn)
-			return
-		}
-		f, err := os.Open("/run/netns/" + ns)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- err
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
 }

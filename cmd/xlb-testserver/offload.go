@@ -1,11 +1,9 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"xlb/internal/ethtool"
 )
 
 // A veth hands its peer the sender's skb as is: with checksum offload the
@@ -16,17 +14,9 @@ import (
 // fit. With these offloads off the sender computes every checksum and
 // segments to the MTU, as a real NIC would put frames on a wire.
 
-// offloads are the legacy ethtool set commands turned off, dependants first
-// (the kernel drops TSO by itself once checksumming is off).
-var offloads = []struct {
-	name     string
-	get, set uint32
-}{
-	{"gso", unix.ETHTOOL_GGSO, unix.ETHTOOL_SGSO},
-	{"tso", unix.ETHTOOL_GTSO, unix.ETHTOOL_STSO},
-	{"sg", unix.ETHTOOL_GSG, unix.ETHTOOL_SSG},
-	{"tx-checksum", unix.ETHTOOL_GTXCSUM, unix.ETHTOOL_STXCSUM},
-}
+// offloads are the offloads turned off, dependants first (the kernel drops
+// TSO by itself once checksumming is off).
+var offloads = []ethtool.Offload{ethtool.GSO, ethtool.TSO, ethtool.SG, ethtool.TxChecksum}
 
 func cmdOffloadOff(args []string) error {
 	if len(args) == 0 {
@@ -42,14 +32,14 @@ func cmdOffloadOff(args []string) error {
 
 // offloadOff turns the offloads off on dev, in the caller's namespace.
 func offloadOff(dev string) error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	s, err := ethtool.Open()
 	if err != nil {
-		return fmt.Errorf("offload-off: socket: %w", err)
+		return fmt.Errorf("offload-off: %w", err)
 	}
-	defer unix.Close(fd)
+	defer s.Close()
 	for _, o := range offloads {
-		if _, err := ethtoolValue(fd, dev, o.set, 0); err != nil {
-			return fmt.Errorf("offload-off: %s: turning %s off: %w", dev, o.name, err)
+		if err := s.SetOffload(dev, o, false); err != nil {
+			return fmt.Errorf("offload-off: %w", err)
 		}
 	}
 	return nil
@@ -57,41 +47,20 @@ func offloadOff(dev string) error {
 
 // offloadsOn names the offloads still on (for tests and checks).
 func offloadsOn(dev string) ([]string, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	s, err := ethtool.Open()
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(fd)
+	defer s.Close()
 	var on []string
 	for _, o := range offloads {
-		v, err := ethtoolValue(fd, dev, o.get, 0)
+		v, err := s.Offload(dev, o)
 		if err != nil {
-			return nil, fmt.Errorf("%s: reading %s: %w", dev, o.name, err)
+			return nil, err
 		}
-		if v != 0 {
-			on = append(on, o.name)
+		if v {
+			on = append(on, o.Name)
 		}
 	}
 	return on, nil
-}
-
-// ethtoolValue runs one SIOCETHTOOL command on struct ethtool_value and
-// returns the value the kernel left there.
-func ethtoolValue(fd int, dev string, cmd, data uint32) (uint32, error) {
-	if len(dev) == 0 || len(dev) >= unix.IFNAMSIZ {
-		return 0, errors.New("bad interface name")
-	}
-	val := &struct{ cmd, data uint32 }{cmd, data}
-	// struct ifreq with ifr_data pointing at val; the pointer is kept as
-	// unsafe.Pointer so the collector sees it.
-	req := &struct {
-		name [unix.IFNAMSIZ]byte
-		data unsafe.Pointer
-		_    [24 - unsafe.Sizeof(uintptr(0))]byte
-	}{data: unsafe.Pointer(val)}
-	copy(req.name[:], dev)
-	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(req))); errno != 0 {
-		return 0, errno
-	}
-	return val.data, nil
 }

@@ -19,6 +19,7 @@ import (
 	"xlb/controlplane/explain"
 	"xlb/controlplane/sim"
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 )
 
 const usage = `usage: xlb <command> [flags]
@@ -202,7 +203,7 @@ func cmdExplain(args []string, stdout io.Writer) error {
 		return fmt.Errorf("xlb explain: --dst: %v (%w)", err, errUsage)
 	}
 	p.Src, p.Dst = p.Src.Unmap(), p.Dst.Unmap() // as xlb sim reads addresses
-	if p.Proto, err = craft.ParseProto(*proto); err != nil {
+	if p.Proto, err = packet.ParseProto(*proto); err != nil {
 		return fmt.Errorf("xlb explain: --%v (%w)", err, errUsage)
 	}
 	if *sport > 65535 || *dport > 65535 {
@@ -218,15 +219,15 @@ func cmdExplain(args []string, stdout io.Writer) error {
 	if (set["inner-sport"] || set["inner-dport"]) && *innerProto == "" {
 		return fmt.Errorf("xlb explain: --inner-sport and --inner-dport need --inner-proto (%w)", errUsage)
 	}
-	if *innerProto != "" && p.Proto != craft.ICMP && p.Proto != craft.ICMPv6 {
+	if *innerProto != "" && p.Proto != packet.ProtoICMP && p.Proto != packet.ProtoICMPv6 {
 		return fmt.Errorf("xlb explain: --inner-proto describes the quote of an ICMP error: it needs --proto icmp or icmpv6 (%w)", errUsage)
 	}
 	if *innerSport > 65535 || *innerDport > 65535 || *icmpType > 255 || *icmpCode > 255 {
 		return fmt.Errorf("xlb explain: ports are 0..65535, ICMP type and code 0..255 (%w)", errUsage)
 	}
-	if p.Proto == craft.ICMP || p.Proto == craft.ICMPv6 {
+	if p.Proto == packet.ProtoICMP || p.Proto == packet.ProtoICMPv6 {
 		if *innerProto != "" {
-			ip, err := craft.ParseProto(*innerProto)
+			ip, err := packet.ParseProto(*innerProto)
 			if err != nil {
 				return fmt.Errorf("xlb explain: --inner-%v (%w)", err, errUsage)
 			}
@@ -234,10 +235,10 @@ func cmdExplain(args []string, stdout io.Writer) error {
 			// the VIP, to the source of the error.
 			p.Inner = &craft.Packet{Src: p.Dst, Dst: p.Src, Proto: ip, SrcPort: uint16(*innerSport), DstPort: uint16(*innerDport)}
 			p.ICMPType, p.ICMPCode = 3, 4
-			if p.Proto == craft.ICMPv6 {
+			if p.Proto == packet.ProtoICMPv6 {
 				p.ICMPType, p.ICMPCode = 2, 0
 			}
-		} else if p.Proto == craft.ICMP {
+		} else if p.Proto == packet.ProtoICMP {
 			p.ICMPType = 8
 		} else {
 			p.ICMPType = 128

@@ -19,6 +19,7 @@ import (
 	"xlb/controlplane/sim"
 	"xlb/dataplane"
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 )
 
 // cliDir holds the configuration and scenarios of these tests.
@@ -451,8 +452,8 @@ func TestX2_SimReloadOfInvalidFileWarnsAndContinues(t *testing.T) {
 
 // explainArgs renders a packet description as explain flags.
 func explainArgs(p craft.Packet) []string {
-	a := []string{"--src", p.Src.String(), "--dst", p.Dst.String(), "--proto", craft.ProtoName(p.Proto)}
-	if p.Proto == craft.TCP || p.Proto == craft.UDP {
+	a := []string{"--src", p.Src.String(), "--dst", p.Dst.String(), "--proto", p.Proto.String()}
+	if p.Proto == packet.ProtoTCP || p.Proto == packet.ProtoUDP {
 		a = append(a, "--sport", strconv.Itoa(int(p.SrcPort)), "--dport", strconv.Itoa(int(p.DstPort)))
 	}
 	if p.Flags != "" {
@@ -462,7 +463,7 @@ func explainArgs(p craft.Packet) []string {
 		a = append(a, "--frag", [...]string{"none", "first", "middle", "last"}[p.Frag])
 	}
 	if p.Inner != nil {
-		a = append(a, "--inner-proto", craft.ProtoName(p.Inner.Proto),
+		a = append(a, "--inner-proto", p.Inner.Proto.String(),
 			"--inner-sport", strconv.Itoa(int(p.Inner.SrcPort)), "--inner-dport", strconv.Itoa(int(p.Inner.DstPort)))
 	}
 	return a
@@ -473,9 +474,9 @@ func explainArgs(p craft.Packet) []string {
 func icmpError(src, dst string, vport, sport uint16) craft.Packet {
 	p := cptest.TCP(src, dst, 0, 0, "")
 	inner := cptest.TCP(dst, src, vport, sport, "")
-	p.Proto, p.ICMPType, p.ICMPCode, p.Inner = craft.ICMP, 3, 4, &inner
+	p.Proto, p.ICMPType, p.ICMPCode, p.Inner = packet.ProtoICMP, 3, 4, &inner
 	if p.Dst.Is6() {
-		p.Proto, p.ICMPType, p.ICMPCode = craft.ICMPv6, 2, 0
+		p.Proto, p.ICMPType, p.ICMPCode = packet.ProtoICMPv6, 2, 0
 	}
 	return p
 }
@@ -547,9 +548,9 @@ func TestX4_ExplainJSONAgreesWithRig(t *testing.T) {
 			p.Frag = craft.FragFirst
 			return p
 		}(), []string{"d2"}, nil},
-		{"esp l3", cptest.Proto("198.51.100.7", "203.0.113.20", craft.ESP), nil, nil},
-		{"gre l3", cptest.Proto("198.51.100.7", "203.0.113.20", craft.GRE), []string{"g1"}, nil},
-		{"icmp echo l3", cptest.Proto("198.51.100.7", "203.0.113.20", craft.ICMP), nil, nil},
+		{"esp l3", cptest.Proto("198.51.100.7", "203.0.113.20", packet.ProtoESP), nil, nil},
+		{"gre l3", cptest.Proto("198.51.100.7", "203.0.113.20", packet.ProtoGRE), []string{"g1"}, nil},
+		{"icmp echo l3", cptest.Proto("198.51.100.7", "203.0.113.20", packet.ProtoICMP), nil, nil},
 		{"icmp error", icmpError("198.51.100.7", "203.0.113.10", 80, 40000), nil, nil},
 		{"icmpv6 error", icmpError("2001:db8::7", "2001:db8:1::10", 443, 40000), []string{"w4"}, nil},
 	}
@@ -711,7 +712,7 @@ func TestX4_ExplainWithoutService(t *testing.T) {
 	}{
 		{"FR1 not a VIP", cptest.TCP("198.51.100.7", "192.0.2.99", 40000, 22, "S"), "pass", "FR1:", "", "pass"},
 		{"FR4 port without a rule", cptest.TCP("198.51.100.7", "203.0.113.10", 40000, 8080, "S"), "drop", "FR4:", "no-rule", "drop no-rule"},
-		{"FR4 protocol without a rule", cptest.Proto("198.51.100.7", "203.0.113.10", craft.ESP), "drop", "FR4:", "no-rule", "drop no-rule"},
+		{"FR4 protocol without a rule", cptest.Proto("198.51.100.7", "203.0.113.10", packet.ProtoESP), "drop", "FR4:", "no-rule", "drop no-rule"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 )
 
 // Addresses of the run tests, used only inside their namespace.
@@ -186,7 +187,7 @@ func testForwardsThenDetaches(t *testing.T, mode string) {
 	}
 
 	sent, err := craft.Build(&craft.Packet{
-		Src: runClient, Dst: runVIP, Proto: craft.UDP, SrcPort: 40001, DstPort: 53,
+		Src: runClient, Dst: runVIP, Proto: packet.ProtoUDP, SrcPort: 40001, DstPort: 53,
 		SrcMAC: n.pMAC, DstMAC: n.bMAC,
 	})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"xlb/controlplane/sim"
 	"xlb/dataplane"
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 )
 
 // Config parses a TOML text or fails the test.
@@ -121,23 +122,23 @@ func (r *Rig) Reload(text string) controlplane.Diff {
 
 // TCP describes a TCP packet; flags as in sim ("S", "A", "SA"...).
 func TCP(src, dst string, sport, dport uint16, flags string) craft.Packet {
-	return craft.Packet{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst), Proto: craft.TCP,
+	return craft.Packet{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst), Proto: packet.ProtoTCP,
 		SrcPort: sport, DstPort: dport, Flags: flags}
 }
 
 // UDP describes a UDP packet.
 func UDP(src, dst string, sport, dport uint16) craft.Packet {
-	return craft.Packet{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst), Proto: craft.UDP,
+	return craft.Packet{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst), Proto: packet.ProtoUDP,
 		SrcPort: sport, DstPort: dport}
 }
 
 // Proto describes a packet of a protocol without ports (esp, gre, icmp...).
-func Proto(src, dst string, proto uint8) craft.Packet {
+func Proto(src, dst string, proto packet.Proto) craft.Packet {
 	p := craft.Packet{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst), Proto: proto}
 	switch proto {
-	case craft.ICMP:
+	case packet.ProtoICMP:
 		p.ICMPType = 8
-	case craft.ICMPv6:
+	case packet.ProtoICMPv6:
 		p.ICMPType = 128
 	}
 	return p

@@ -15,6 +15,7 @@ import (
 	"xlb/controlplane/sim"
 	"xlb/dataplane"
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 )
 
 // Request is the packet to explain and the state to assume.
@@ -107,20 +108,20 @@ func Explain(cfg *config.Config, req *Request) (*Report, error) {
 
 func describe(p *craft.Packet) string {
 	var b strings.Builder
-	b.WriteString(craft.ProtoName(p.Proto))
-	if p.Proto == craft.TCP || p.Proto == craft.UDP {
+	b.WriteString(p.Proto.String())
+	if p.Proto == packet.ProtoTCP || p.Proto == packet.ProtoUDP {
 		fmt.Fprintf(&b, " %s -> %s", hostPort(p.Src.String(), p.SrcPort), hostPort(p.Dst.String(), p.DstPort))
 	} else {
 		fmt.Fprintf(&b, " %s -> %s", p.Src, p.Dst)
 	}
-	if p.Proto == craft.TCP {
+	if p.Proto == packet.ProtoTCP {
 		flags := p.Flags
 		if flags == "" {
 			flags = "A"
 		}
 		fmt.Fprintf(&b, " flags %s", flags)
 	}
-	if p.Proto == craft.ICMP || p.Proto == craft.ICMPv6 {
+	if p.Proto == packet.ProtoICMP || p.Proto == packet.ProtoICMPv6 {
 		fmt.Fprintf(&b, " type %d code %d", p.ICMPType, p.ICMPCode)
 		if p.Inner != nil {
 			fmt.Fprintf(&b, " quoting [%s]", describe(p.Inner))
@@ -145,9 +146,9 @@ func keyText(k conntrack.Kind, fl *dataplane.Flow) string {
 	case conntrack.Kind2T:
 		return fmt.Sprintf("2T (src %s, dst %s)", src, dst)
 	case conntrack.Kind3T:
-		return fmt.Sprintf("3T (src %s, dst %s, proto %s)", src, dst, craft.ProtoName(fl.Proto))
+		return fmt.Sprintf("3T (src %s, dst %s, proto %s)", src, dst, fl.Proto.String())
 	}
-	return fmt.Sprintf("5T (src %s, sport %d, proto %s, dst %s, dport %d)", src, fl.SrcPort, craft.ProtoName(fl.Proto), dst, fl.DstPort)
+	return fmt.Sprintf("5T (src %s, sport %d, proto %s, dst %s, dport %d)", src, fl.SrcPort, fl.Proto.String(), dst, fl.DstPort)
 }
 
 func ruleText(r *dataplane.Rule) string {

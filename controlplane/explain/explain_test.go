@@ -15,6 +15,7 @@ import (
 	"xlb/controlplane/explain"
 	"xlb/dataplane"
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 )
 
 // svcOpts shapes the one backend service of svcConfig.
@@ -262,11 +263,11 @@ func frag(p craft.Packet, f craft.Frag) craft.Packet {
 
 // icmpError is an ICMP "fragmentation needed" (or ICMPv6 "packet too big")
 // from src to the VIP quoting the reply the backend sent: VIP:vport -> src:sport.
-func icmpError(src, dst string, proto uint8, vport, sport uint16) craft.Packet {
+func icmpError(src, dst string, proto packet.Proto, vport, sport uint16) craft.Packet {
 	inner := craft.Packet{Src: netip.MustParseAddr(dst), Dst: netip.MustParseAddr(src), Proto: proto, SrcPort: vport, DstPort: sport}
-	p := craft.Packet{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst), Proto: craft.ICMP, ICMPType: 3, ICMPCode: 4, Inner: &inner}
+	p := craft.Packet{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst), Proto: packet.ProtoICMP, ICMPType: 3, ICMPCode: 4, Inner: &inner}
 	if inner.Dst.Is6() {
-		p.Proto, p.ICMPType, p.ICMPCode = craft.ICMPv6, 2, 0
+		p.Proto, p.ICMPType, p.ICMPCode = packet.ProtoICMPv6, 2, 0
 	}
 	return p
 }
@@ -287,13 +288,13 @@ func TestX4_ExplainAgreesWithEngine(t *testing.T) {
 		{"udp-first-fragment", frag(cptest.UDP(client, vip, 5000, 53), craft.FragFirst)},
 		{"udp-middle-fragment", frag(cptest.UDP(client, vip, 5000, 53), craft.FragMiddle)},
 		{"udp-last-fragment", frag(cptest.UDP(client, vip, 5000, 53), craft.FragLast)},
-		{"esp", cptest.Proto(client, vip, craft.ESP)},
-		{"gre", cptest.Proto(client, vip, craft.GRE)},
-		{"icmp-echo", cptest.Proto(client, vip, craft.ICMP)},
-		{"icmp-error", icmpError(client, vip, craft.TCP, 80, 40000)},
+		{"esp", cptest.Proto(client, vip, packet.ProtoESP)},
+		{"gre", cptest.Proto(client, vip, packet.ProtoGRE)},
+		{"icmp-echo", cptest.Proto(client, vip, packet.ProtoICMP)},
+		{"icmp-error", icmpError(client, vip, packet.ProtoTCP, 80, 40000)},
 		{"ipv6-tcp-syn", cptest.TCP("2001:db8::7", "2001:db8:1::10", 40000, 443, "S")},
 		{"ipv6-udp", cptest.UDP("2001:db8::7", "2001:db8:1::10", 5000, 53)},
-		{"ipv6-icmpv6-error", icmpError("2001:db8::7", "2001:db8:1::10", craft.TCP, 443, 40000)},
+		{"ipv6-icmpv6-error", icmpError("2001:db8::7", "2001:db8:1::10", packet.ProtoTCP, 443, 40000)},
 		{"not-a-vip", cptest.TCP(client, "192.0.2.99", 40000, 22, "S")},
 	}
 	for _, aff := range []string{"NONE", "CLIENT_IP_PORT_PROTO", "CLIENT_IP_PROTO", "CLIENT_IP"} {
@@ -327,12 +328,12 @@ func TestX4_ExplainStep1NamesTheCTRule(t *testing.T) {
 		// CT2: with a 2- or 3-tuple affinity a SYN is looked up (CT4).
 		{"CT2 SYN per-session CLIENT_IP is looked up", "CLIENT_IP", "PER_SESSION", syn, "CT2:", "new"},
 		{"CT3 UDP with affinity NONE", "NONE", "PER_CONNECTION", cptest.UDP(client, vip, 5000, 53), "CT3:", "untracked"},
-		{"CT3 ICMP echo", "CLIENT_IP", "PER_CONNECTION", cptest.Proto(client, vip, craft.ICMP), "CT3:", "untracked"},
-		{"CT3 ESP with affinity NONE", "NONE", "PER_SESSION", cptest.Proto(client, vip, craft.ESP), "CT3:", "untracked"},
+		{"CT3 ICMP echo", "CLIENT_IP", "PER_CONNECTION", cptest.Proto(client, vip, packet.ProtoICMP), "CT3:", "untracked"},
+		{"CT3 ESP with affinity NONE", "NONE", "PER_SESSION", cptest.Proto(client, vip, packet.ProtoESP), "CT3:", "untracked"},
 		{"CT4 ACK", "NONE", "PER_CONNECTION", cptest.TCP(client, vip, 40000, 80, "A"), "CT4:", "new"},
 		{"CT4 UDP CLIENT_IP_PROTO", "CLIENT_IP_PROTO", "PER_CONNECTION", cptest.UDP(client, vip, 5000, 53), "CT4:", "new"},
-		{"CT4 GRE CLIENT_IP", "CLIENT_IP", "PER_SESSION", cptest.Proto(client, vip, craft.GRE), "CT4:", "new"},
-		{"X1 ICMP error", "NONE", "PER_CONNECTION", icmpError(client, vip, craft.TCP, 80, 40000), "X1:", "untracked"},
+		{"CT4 GRE CLIENT_IP", "CLIENT_IP", "PER_SESSION", cptest.Proto(client, vip, packet.ProtoGRE), "CT4:", "new"},
+		{"X1 ICMP error", "NONE", "PER_CONNECTION", icmpError(client, vip, packet.ProtoTCP, 80, 40000), "X1:", "untracked"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -492,7 +493,7 @@ func TestX4_ExplainICMPErrorSteeredByQuote(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			text := svcConfig(svcOpts{})
-			icmp, res, rig := explainAndSend(t, text, state{}, icmpError(tc.src, tc.dst, craft.TCP, 443, 40000))
+			icmp, res, rig := explainAndSend(t, text, state{}, icmpError(tc.src, tc.dst, packet.ProtoTCP, 443, 40000))
 			requireAgrees(t, icmp, res, rig.CP.Snapshot())
 			syn, _, _ := explainAndSend(t, text, state{}, cptest.TCP(tc.src, tc.dst, 40000, 443, "S"))
 			if !icmp.ICMPSteered || !strings.HasPrefix(icmp.Step1, "X1:") || icmp.Track != "untracked" {

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +19,9 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
+
+	"xlb/internal/nettest"
+	"xlb/internal/nsx"
 )
 
 // bed is a throwaway topology: namespace A (where the resolver runs) and
@@ -45,16 +47,9 @@ var (
 
 var bedSeq atomic.Uint32
 
-func requireRoot(tb testing.TB) {
-	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Fatal("needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN) to create network namespaces; CI runs as root")
-	}
-}
-
 func newBed(t *testing.T) *bed {
 	t.Helper()
-	requireRoot(t)
+	nettest.RequireRoot(t)
 	id := fmt.Sprintf("ngt%d%d", os.Getpid()%100000, bedSeq.Add(1)%100)
 	b := &bed{
 		ifA: id + "a", ifB: id + "b",
@@ -156,67 +151,21 @@ func (b *bed) waitReady(t *testing.T, h *netlink.Handle, name string) {
 // newNS creates a named network namespace and a netlink handle in it.
 func newNS(t *testing.T, name string) (netns.NsHandle, *netlink.Handle) {
 	t.Helper()
-	type res struct {
-		ns  netns.NsHandle
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- res{err: err}
-			return
-		}
-		defer orig.Close()
-		ns, err := netns.NewNamed(name) // also moves this thread into it
-		if rerr := netns.Set(orig); rerr != nil {
-			// The thread is in the wrong namespace: keep it locked so it
-			// dies with this goroutine.
-			ch <- res{ns: ns, err: errors.Join(err, rerr)}
-			return
-		}
-		runtime.UnlockOSThread()
-		ch <- res{ns: ns, err: err}
-	}()
-	r := <-ch
-	t.Cleanup(func() {
-		if r.ns.IsOpen() {
-			r.ns.Close()
-		}
-		if err := netns.DeleteNamed(name); err != nil && !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("removing netns %s: %v", name, err)
-		}
-	})
-	if r.err != nil {
-		t.Fatalf("creating netns %s: %v", name, r.err)
-	}
-	h, err := netlink.NewHandleAt(r.ns, unix.NETLINK_ROUTE)
+	ns := nettest.NewNS(t, name)
+	h, err := netlink.NewHandleAt(ns.Handle, unix.NETLINK_ROUTE)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.Close)
-	return r.ns, h
+	return ns.Handle, h
 }
 
 // sysctl writes net.* sysctls (keys relative to /proc/sys/net) inside ns.
 func (b *bed) sysctl(t *testing.T, ns netns.NsHandle, kv map[string]string) {
 	t.Helper()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
+	err := nsx.OnThread(func() error {
 		if err := netns.Set(ns); err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
+			return err
 		}
 		var werr error
 		for k, v := range kv {
@@ -224,14 +173,9 @@ func (b *bed) sysctl(t *testing.T, ns netns.NsHandle, kv map[string]string) {
 				werr = errors.Join(werr, err)
 			}
 		}
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(werr, err) // thread stays locked and dies
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- werr
-	}()
-	if err := <-errc; err != nil {
+		return werr
+	})
+	if err != nil {
 		t.Fatalf("sysctl: %v", err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"xlb/config"
+	"xlb/internal/nettest"
 )
 
 var newMAC = [6]byte{0x02, 0x00, 0x5e, 0x21, 0x3f, 0x01}
@@ -358,7 +358,10 @@ func TestUnknownInterface(t *testing.T) {
 
 func TestCloseReleasesEverything(t *testing.T) {
 	b := newBed(t)
-	before := openFDs(t)
+	before := nettest.OpenFDs()
+	if before == nil {
+		t.Fatal("cannot list /proc/self/fd")
+	}
 	r, err := NewWithOptions(b.ifA, Options{Namespace: &b.nsA, RefreshInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -372,7 +375,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 	}
 	// Descriptors other goroutines close meanwhile are fine; one that New
 	// opened and Close left open is a leak.
-	after := openFDs(t)
+	after := nettest.OpenFDs()
 	for fd, target := range after {
 		if _, ok := before[fd]; !ok {
 			t.Errorf("descriptor %s (%s) opened by New is still open after Close", fd, target)
@@ -382,25 +385,6 @@ func TestCloseReleasesEverything(t *testing.T) {
 	if _, ok := r.Lookup(b.b4, config.ForwardL2DSR); !ok {
 		t.Error("Lookup after Close lost the last state")
 	}
-}
-
-// openFDs maps this process's open descriptors to what they refer to,
-// leaving out the directory listing itself.
-func openFDs(t *testing.T) map[string]string {
-	t.Helper()
-	es, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fds := map[string]string{}
-	for _, e := range es {
-		target, err := os.Readlink("/proc/self/fd/" + e.Name())
-		if err != nil || strings.HasPrefix(target, "/proc/") {
-			continue // closed meanwhile, or the listing's own descriptor
-		}
-		fds[e.Name()] = target
-	}
-	return fds
 }
 
 func TestFlushedEntryIsResolvedAgain(t *testing.T) {

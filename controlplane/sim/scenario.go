@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 )
 
 // Event is one line of a scenario.
@@ -203,7 +204,7 @@ func convertPacket(r *rawPacket, inner bool) (*PacketEvent, error) {
 	if err := json.Unmarshal(r.Proto, &ps); err != nil {
 		ps = string(r.Proto) // a protocol number
 	}
-	if p.Proto, err = craft.ParseProto(ps); err != nil {
+	if p.Proto, err = packet.ParseProto(ps); err != nil {
 		return nil, err
 	}
 	port := func(name string, v *int64) (uint16, error) {
@@ -222,7 +223,7 @@ func convertPacket(r *rawPacket, inner bool) (*PacketEvent, error) {
 	if p.DstPort, err = port("dport", r.Dport); err != nil {
 		return nil, err
 	}
-	if r.Flags != nil && p.Proto == craft.TCP { // ignored for other protocols
+	if r.Flags != nil && p.Proto == packet.ProtoTCP { // ignored for other protocols
 		for _, c := range *r.Flags {
 			if !strings.ContainsRune("SAFRPsafrp", c) {
 				return nil, fmt.Errorf("flags %q: want any of S A F R P", *r.Flags)
@@ -253,14 +254,14 @@ func convertPacket(r *rawPacket, inner bool) (*PacketEvent, error) {
 	if p.ICMPCode, err = small("icmp_code", r.ICMPCode); err != nil {
 		return nil, err
 	}
-	if r.ICMPType == nil && (p.Proto == craft.ICMP || p.Proto == craft.ICMPv6) {
+	if r.ICMPType == nil && (p.Proto == packet.ProtoICMP || p.Proto == packet.ProtoICMPv6) {
 		// Default: echo request, or the usual error when a quote is given.
 		switch {
-		case r.Inner != nil && p.Proto == craft.ICMP:
+		case r.Inner != nil && p.Proto == packet.ProtoICMP:
 			p.ICMPType, p.ICMPCode = 3, 4 // fragmentation needed
 		case r.Inner != nil:
 			p.ICMPType = 2 // packet too big
-		case p.Proto == craft.ICMP:
+		case p.Proto == packet.ProtoICMP:
 			p.ICMPType = 8
 		default:
 			p.ICMPType = 128
@@ -276,7 +277,7 @@ func convertPacket(r *rawPacket, inner bool) (*PacketEvent, error) {
 		if inner {
 			return nil, fmt.Errorf("inner: nested quotes are not supported")
 		}
-		if p.Proto != craft.ICMP && p.Proto != craft.ICMPv6 {
+		if p.Proto != packet.ProtoICMP && p.Proto != packet.ProtoICMPv6 {
 			return nil, fmt.Errorf("inner is for icmp and icmpv6 errors only")
 		}
 		in, err := convertPacket(r.Inner, true)

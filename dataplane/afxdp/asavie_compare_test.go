@@ -368,7 +368,7 @@ func ourStats(t *testing.T, s *Socket) Stats {
 // setLinkUp sets afxt-x up or down.
 func setLinkUp(t *testing.T, e *env, up bool) {
 	t.Helper()
-	err := e.ns.do(t, func() error {
+	err := e.ns.Do(func() error {
 		l, err := netlink.LinkByIndex(e.veth.x)
 		if err != nil {
 			return err

@@ -40,7 +40,7 @@ func asavieOpts() xdp.SocketOptions {
 func newAsavie(tb testing.TB, e *env, o xdp.SocketOptions) *xdp.Socket {
 	tb.Helper()
 	var x *xdp.Socket
-	err := e.ns.do(tb, func() (err error) {
+	err := e.ns.Do(func() (err error) {
 		x, err = xdp.NewSocket(e.veth.x, 0, &o)
 		return err
 	})

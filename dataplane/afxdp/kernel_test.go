@@ -15,6 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"xlb/dataplane"
+
+	"xlb/internal/nettest"
 )
 
 // The privileged tests: a throwaway namespace with a veth pair, the
@@ -26,7 +28,7 @@ import (
 const etherTest = 0x88b5
 
 type env struct {
-	ns   *testNS
+	ns   *nettest.NS
 	veth *vethPair
 	prog *redirectProg
 	pkt  int // AF_PACKET socket on the peer
@@ -34,16 +36,16 @@ type env struct {
 
 func newEnv(tb testing.TB, mode link.XDPAttachFlags) *env {
 	tb.Helper()
-	ns := newTestNS(tb)
+	ns := nettest.NewNS(tb, nettest.UniqueName("afxt"))
 	e := &env{ns: ns, veth: newVethPair(tb, ns), prog: newRedirectProg(tb)}
 	e.prog.attach(tb, ns, e.veth.x, mode)
-	err := ns.do(tb, func() error {
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(etherTest)))
+	err := ns.Do(func() error {
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(nettest.Htons(etherTest)))
 		if err != nil {
 			return err
 		}
 		e.pkt = fd
-		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(etherTest), Ifindex: e.veth.p}); err != nil {
+		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: nettest.Htons(etherTest), Ifindex: e.veth.p}); err != nil {
 			return err
 		}
 		return unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 200_000})
@@ -56,8 +58,6 @@ func newEnv(tb testing.TB, mode link.XDPAttachFlags) *env {
 	}
 	return e
 }
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // socket makes a Socket on afxt-x queue 0 inside the namespace and puts it
 // in the XSKMAP; closed at the end of the test.
@@ -77,7 +77,7 @@ func (e *env) socket(tb testing.TB, o Opts) *Socket {
 func (e *env) newSocket(tb testing.TB, queue int, o Opts) (*Socket, error) {
 	tb.Helper()
 	var s *Socket
-	err := e.ns.do(tb, func() (err error) {
+	err := e.ns.Do(func() (err error) {
 		s, err = New(e.veth.x, queue, o)
 		return err
 	})
@@ -107,7 +107,7 @@ func (e *env) frame(seq, n int) []byte {
 // inject sends frames from the peer towards x.
 func (e *env) inject(tb testing.TB, frames ...[]byte) {
 	tb.Helper()
-	to := &unix.SockaddrLinklayer{Protocol: htons(etherTest), Ifindex: e.veth.p, Halen: 6}
+	to := &unix.SockaddrLinklayer{Protocol: nettest.Htons(etherTest), Ifindex: e.veth.p, Halen: 6}
 	copy(to.Addr[:], e.veth.xMAC)
 	for _, f := range frames {
 		if err := unix.Sendto(e.pkt, f, 0, to); err != nil {
@@ -469,7 +469,7 @@ func TestKernel_BindModes(t *testing.T) {
 func TestKernel_BadBind(t *testing.T) {
 	e := newEnv(t, link.XDPDriverMode)
 	var err error
-	_ = e.ns.do(t, func() error {
+	_ = e.ns.Do(func() error {
 		_, err = New(1<<30, 0, DefaultOpts())
 		return nil
 	})
@@ -528,7 +528,7 @@ func TestKernel_Poll(t *testing.T) {
 	}
 	go func() {
 		time.Sleep(50 * time.Millisecond)
-		to := &unix.SockaddrLinklayer{Protocol: htons(etherTest), Ifindex: e.veth.p, Halen: 6}
+		to := &unix.SockaddrLinklayer{Protocol: nettest.Htons(etherTest), Ifindex: e.veth.p, Halen: 6}
 		copy(to.Addr[:], e.veth.xMAC)
 		_ = unix.Sendto(e.pkt, e.frame(1, 64), 0, to)
 	}()

@@ -8,6 +8,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
+
+	"xlb/internal/nettest"
 )
 
 // redirectProg is the smallest XDP program that feeds AF_XDP sockets:
@@ -58,10 +60,10 @@ func newRedirectProg(tb testing.TB) *redirectProg {
 
 // attach attaches the program to ifindex inside ns with a bpf_link, in
 // native (driver) or generic mode; detached at the end of the test.
-func (r *redirectProg) attach(tb testing.TB, ns *testNS, ifindex int, flags link.XDPAttachFlags) {
+func (r *redirectProg) attach(tb testing.TB, ns *nettest.NS, ifindex int, flags link.XDPAttachFlags) {
 	tb.Helper()
 	var l link.Link
-	err := ns.do(tb, func() (err error) {
+	err := ns.Do(func() (err error) {
 		l, err = link.AttachXDP(link.XDPOptions{Program: r.prog, Interface: ifindex, Flags: flags})
 		return err
 	})

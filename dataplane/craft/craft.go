@@ -9,11 +9,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+
+	"xlb/dataplane/packet"
 )
 
 // Frag is where a packet sits in a fragmented datagram.
@@ -41,62 +42,10 @@ func ParseFrag(s string) (Frag, error) {
 	return 0, fmt.Errorf("frag %q: want none, first, middle or last", s)
 }
 
-// IP protocol numbers.
-const (
-	ICMP   = 1
-	TCP    = 6
-	UDP    = 17
-	GRE    = 47
-	ESP    = 50
-	ICMPv6 = 58
-)
-
-// ParseProto reads tcp, udp, icmp, icmpv6, esp, gre or a protocol number.
-func ParseProto(s string) (uint8, error) {
-	switch strings.ToLower(s) {
-	case "tcp":
-		return TCP, nil
-	case "udp":
-		return UDP, nil
-	case "icmp":
-		return ICMP, nil
-	case "icmpv6":
-		return ICMPv6, nil
-	case "esp":
-		return ESP, nil
-	case "gre":
-		return GRE, nil
-	}
-	n, err := strconv.ParseUint(s, 10, 8)
-	if err != nil {
-		return 0, fmt.Errorf("proto %q: want tcp, udp, icmp, icmpv6, esp, gre or a number 0..255", s)
-	}
-	return uint8(n), nil
-}
-
-// ProtoName is the inverse of ParseProto.
-func ProtoName(p uint8) string {
-	switch p {
-	case TCP:
-		return "tcp"
-	case UDP:
-		return "udp"
-	case ICMP:
-		return "icmp"
-	case ICMPv6:
-		return "icmpv6"
-	case ESP:
-		return "esp"
-	case GRE:
-		return "gre"
-	}
-	return strconv.Itoa(int(p))
-}
-
 // Packet describes one frame to build.
 type Packet struct {
 	Src, Dst         netip.Addr
-	Proto            uint8
+	Proto            packet.Proto
 	SrcPort, DstPort uint16
 	// Flags for TCP: any of S A F R P; "" means A.
 	Flags string
@@ -135,8 +84,8 @@ func Build(p *Packet) ([]byte, error) {
 		return nil, fmt.Errorf("src %s and dst %s are of different families", p.Src, p.Dst)
 	}
 	v6 := p.Dst.Is6()
-	if (p.Proto == ICMP && v6) || (p.Proto == ICMPv6 && !v6) {
-		return nil, fmt.Errorf("%s over IPv%d", ProtoName(p.Proto), map[bool]int{true: 6, false: 4}[v6])
+	if (p.Proto == packet.ProtoICMP && v6) || (p.Proto == packet.ProtoICMPv6 && !v6) {
+		return nil, fmt.Errorf("%s over IPv%d", p.Proto, map[bool]int{true: 6, false: 4}[v6])
 	}
 	l4, err := buildL4(p)
 	if err != nil {
@@ -180,7 +129,7 @@ func Build(p *Packet) ([]byte, error) {
 		if p.Frag != FragNone {
 			ip.NextHeader = layers.IPProtocolIPv6Fragment
 			fh := make([]byte, 8)
-			fh[0] = p.Proto
+			fh[0] = byte(p.Proto)
 			v := fragOff << 3
 			if more {
 				v |= 1
@@ -240,7 +189,7 @@ func buildL4(p *Packet) ([]byte, error) {
 	}
 	var ls []gopacket.SerializableLayer
 	switch p.Proto {
-	case TCP:
+	case packet.ProtoTCP:
 		t := &layers.TCP{SrcPort: layers.TCPPort(p.SrcPort), DstPort: layers.TCPPort(p.DstPort), Seq: 1000, Window: 65535, DataOffset: 5}
 		flags := p.Flags
 		if flags == "" {
@@ -269,13 +218,13 @@ func buildL4(p *Packet) ([]byte, error) {
 			return nil, err
 		}
 		ls = append(ls, t)
-	case UDP:
+	case packet.ProtoUDP:
 		u := &layers.UDP{SrcPort: layers.UDPPort(p.SrcPort), DstPort: layers.UDPPort(p.DstPort)}
 		if err := u.SetNetworkLayerForChecksum(netLayer); err != nil {
 			return nil, err
 		}
 		ls = append(ls, u)
-	case ICMP:
+	case packet.ProtoICMP:
 		ls = append(ls, &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(p.ICMPType, p.ICMPCode), Id: 1, Seq: 1})
 		if p.Inner != nil {
 			q, err := BuildIP(p.Inner)
@@ -284,7 +233,7 @@ func buildL4(p *Packet) ([]byte, error) {
 			}
 			data = q
 		}
-	case ICMPv6:
+	case packet.ProtoICMPv6:
 		ic := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(p.ICMPType, p.ICMPCode)}
 		if err := ic.SetNetworkLayerForChecksum(netLayer); err != nil {
 			return nil, err
@@ -299,9 +248,9 @@ func buildL4(p *Packet) ([]byte, error) {
 			data = q
 		}
 		data = append(body, data...)
-	case ESP:
+	case packet.ProtoESP:
 		data = append([]byte{0, 0, 0x10, 0x01, 0, 0, 0, 1}, data...) // SPI, sequence
-	case GRE:
+	case packet.ProtoGRE:
 		data = append([]byte{0, 0, 0x08, 0x00}, data...) // no flags, IPv4 payload
 	}
 	ls = append(ls, gopacket.Payload(data))

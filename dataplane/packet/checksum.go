@@ -59,7 +59,7 @@ func Checksum(b []byte, initial uint16) uint16 { return ^Sum(b, initial) }
 // src and dst (both 4 bytes for IPv4 or 16 for IPv6), the protocol and the
 // upper-layer length (RFC 768, RFC 8200 8.1). The two forms sum alike but for
 // the addresses, so one function serves both.
-func PseudoHeaderSum(proto uint8, src, dst []byte, length uint32) uint16 {
+func PseudoHeaderSum(proto Proto, src, dst []byte, length uint32) uint16 {
 	s := Sum(src, 0)
 	s = Sum(dst, s)
 	return fold(uint64(s) + uint64(proto) + uint64(length>>16) + uint64(length&0xffff))

@@ -26,27 +26,13 @@ var (
 	ErrTooBig = errors.New("packet: encapsulated frame too big")
 )
 
-// EtherTypes, IP protocol numbers and header sizes the parser knows.
+// EtherTypes and header sizes the parser knows (IP protocols: Proto).
 const (
 	EtherTypeIPv4  = 0x0800
 	EtherTypeARP   = 0x0806
 	EtherTypeVLAN  = 0x8100 // IEEE 802.1Q
 	EtherTypeQinQ  = 0x88a8 // IEEE 802.1ad service tag
 	EtherTypeIPv6  = 0x86dd
-	ProtoHopByHop  = 0
-	ProtoICMP      = 1
-	ProtoIPIP      = 4
-	ProtoTCP       = 6
-	ProtoUDP       = 17
-	ProtoIPv6      = 41
-	ProtoRouting   = 43
-	ProtoFragment  = 44
-	ProtoGRE       = 47
-	ProtoESP       = 50
-	ProtoAH        = 51
-	ProtoICMPv6    = 58
-	ProtoNoNext    = 59
-	ProtoDstOpts   = 60
 	EthernetLen    = 14
 	VLANTagLen     = 4
 	IPv4MinLen     = 20
@@ -112,7 +98,7 @@ type Parsed struct {
 	Src, Dst [16]byte // IPv4 in IPv4-mapped form (::ffff:a.b.c.d)
 	// Proto is the upper-layer protocol, after IPv6 extension headers (and an
 	// IPv4 AH header). For FragLater it is the Fragment header's next header.
-	Proto uint8
+	Proto Proto
 	IPLen int // L3 length per the IP header; the frame may be longer (Ethernet padding)
 	IHL   int // IP header length incl. options / extension headers: L4Off - L3Off
 	L4Off int // offset of the L4 header (meaningful when Frag != FragLater)
@@ -138,7 +124,7 @@ type Parsed struct {
 type Inner struct {
 	IPVersion        uint8
 	Src, Dst         [16]byte
-	Proto            uint8
+	Proto            Proto
 	HasPorts         bool
 	SrcPort, DstPort uint16
 }
@@ -214,7 +200,7 @@ func (p *Parsed) parseIPv4(frame []byte) error {
 	putMapped(&p.Dst, b[16:20])
 	p.DstValid = true
 	p.TTL = b[8]
-	p.Proto = b[9]
+	p.Proto = Proto(b[9])
 	fl := binary.BigEndian.Uint16(b[6:])
 	p.DF = fl&ipv4FlagDF != 0
 	switch {
@@ -269,7 +255,7 @@ func (p *Parsed) parseIPv6(frame []byte) error {
 	p.Dst = [16]byte(b[24:40])
 	p.DstValid = true
 	p.TTL = b[7]
-	p.Proto = b[6]
+	p.Proto = Proto(b[6])
 
 	if b[0]>>4 != 6 {
 		return ErrMalformed
@@ -296,7 +282,7 @@ func (p *Parsed) parseIPv6(frame []byte) error {
 // It returns the upper-layer protocol and its offset in b, and records a
 // Fragment header in *frag. After a non-first fragment it stops: what follows
 // is payload, not headers.
-func walkExt(b []byte, off int, proto uint8, v6 bool, frag *Frag) (uint8, int, error) {
+func walkExt(b []byte, off int, proto Proto, v6 bool, frag *Frag) (Proto, int, error) {
 	for n := 0; ; n++ {
 		if *frag == FragLater {
 			return proto, off, nil
@@ -338,7 +324,7 @@ func walkExt(b []byte, off int, proto uint8, v6 bool, frag *Frag) (uint8, int, e
 		if len(b) < off+hlen {
 			return proto, off, ErrTruncated
 		}
-		proto = b[off]
+		proto = Proto(b[off])
 		off += hlen
 	}
 }
@@ -426,7 +412,7 @@ func (in *Inner) parse(q []byte, version uint8) bool {
 		if binary.BigEndian.Uint16(q[6:])&ipv4OffsetMask != 0 {
 			frag = FragLater
 		}
-		proto, off, err := walkExt(q, ihl, q[9], false, &frag)
+		proto, off, err := walkExt(q, ihl, Proto(q[9]), false, &frag)
 		if err != nil {
 			return false
 		}
@@ -438,7 +424,7 @@ func (in *Inner) parse(q []byte, version uint8) bool {
 		}
 		in.Src = [16]byte(q[8:24])
 		in.Dst = [16]byte(q[24:40])
-		proto, off, err := walkExt(q, IPv6FixedLen, q[6], true, &frag)
+		proto, off, err := walkExt(q, IPv6FixedLen, Proto(q[6]), true, &frag)
 		if err != nil {
 			return false
 		}

@@ -17,7 +17,7 @@ var (
 
 // want4 and want6 are the Parsed of a plain client→VIP packet as the helpers
 // build it; rows adjust them.
-func want4(proto uint8, ipLen int) Parsed {
+func want4(proto Proto, ipLen int) Parsed {
 	return Parsed{
 		L3Off: 14, EtherType: EtherTypeIPv4, IPVersion: 4, DstValid: true,
 		Src: a16(cli4), Dst: a16(vip4), Proto: proto, IPLen: ipLen,
@@ -25,7 +25,7 @@ func want4(proto uint8, ipLen int) Parsed {
 	}
 }
 
-func want6(proto uint8, ipLen, ihl int) Parsed {
+func want6(proto Proto, ipLen, ihl int) Parsed {
 	return Parsed{
 		L3Off: 14, EtherType: EtherTypeIPv6, IPVersion: 6, DstValid: true,
 		Src: a16(cli6), Dst: a16(vip6), Proto: proto, IPLen: ipLen,

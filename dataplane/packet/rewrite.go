@@ -70,9 +70,9 @@ func Encapsulate(buf []byte, off int, p *Parsed, e *Encap, maxLen int) (newOff, 
 	var innerProto uint8
 	switch p.IPVersion {
 	case 4:
-		innerProto = ProtoIPIP
+		innerProto = uint8(ProtoIPIP)
 	case 6:
-		innerProto = ProtoIPv6
+		innerProto = uint8(ProtoIPv6)
 	default:
 		return 0, 0, ErrNotIP
 	}
@@ -123,7 +123,7 @@ func Encapsulate(buf []byte, off int, p *Parsed, e *Encap, maxLen int) (newOff, 
 	ip := out[l3 : l3+ipLen]
 	nextProto := innerProto
 	if e.GUE {
-		nextProto = ProtoUDP
+		nextProto = uint8(ProtoUDP)
 	}
 	var src, dst []byte
 	if !e.OuterV6 {

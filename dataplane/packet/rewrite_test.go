@@ -41,8 +41,8 @@ type encapRow struct {
 	name  string
 	frame []byte
 	encap Encap
-	proto uint8    // outer IP protocol / next header
-	inner uint8    // 4 or 41: the inner family as IPIP protocol / GUE proto
+	proto Proto    // outer IP protocol / next header
+	inner Proto    // 4 or 41: the inner family as IPIP protocol / GUE proto
 	tos   uint8    // outer TOS / traffic class
 	df    bool     // outer IPv4 DF
 	vlans []uint16 // VLAN IDs on the outer frame
@@ -169,7 +169,7 @@ func checkOuter(t *testing.T, r encapRow, out []byte, l3 int, inner []byte) {
 			t.Fatal("no outer IPv4 layer")
 		}
 		if ip.Version != 4 || ip.IHL != 5 || ip.TOS != r.tos || int(ip.Length) != len(out)-l3 ||
-			ip.Id != 0 || ip.FragOffset != 0 || ip.TTL != 64 || uint8(ip.Protocol) != r.proto {
+			ip.Id != 0 || ip.FragOffset != 0 || ip.TTL != 64 || Proto(ip.Protocol) != r.proto {
 			t.Errorf("outer IPv4 %+v", *ip)
 		}
 		if df := ip.Flags&layers.IPv4DontFragment != 0; df != r.df || ip.Flags&^layers.IPv4DontFragment != 0 {
@@ -189,7 +189,7 @@ func checkOuter(t *testing.T, r encapRow, out []byte, l3 int, inner []byte) {
 			t.Fatal("no outer IPv6 layer")
 		}
 		if ip.Version != 6 || ip.TrafficClass != r.tos || ip.FlowLabel != e.FlowHash&0xfffff ||
-			int(ip.Length) != len(out)-l3-40 || uint8(ip.NextHeader) != r.proto || ip.HopLimit != 64 {
+			int(ip.Length) != len(out)-l3-40 || Proto(ip.NextHeader) != r.proto || ip.HopLimit != 64 {
 			t.Errorf("outer IPv6 %+v", *ip)
 		}
 		if !ip.SrcIP.Equal(lb6.AsSlice()) || !ip.DstIP.Equal(backend6.AsSlice()) {
@@ -215,12 +215,12 @@ func checkOuter(t *testing.T, r encapRow, out []byte, l3 int, inner []byte) {
 			// Verify with a pseudo-header built here, not by the package.
 			ph := append(append([]byte(nil), src...), dst...)
 			ph = binary.BigEndian.AppendUint32(ph, uint32(len(seg)))
-			ph = append(ph, 0, 0, 0, ProtoUDP)
+			ph = append(ph, 0, 0, 0, byte(ProtoUDP))
 			if udp.Checksum == 0 || refChecksum(ph, seg) != 0 {
 				t.Errorf("UDP checksum over IPv6 %#04x does not verify", udp.Checksum)
 			}
 		}
-		if g := seg[8:12]; !bytes.Equal(g, []byte{0, r.inner, 0, 0}) {
+		if g := seg[8:12]; !bytes.Equal(g, []byte{0, byte(r.inner), 0, 0}) {
 			t.Errorf("GUE header % x, want 00 %02x 00 00", g, r.inner)
 		}
 	} else if pkt.ErrorLayer() != nil {

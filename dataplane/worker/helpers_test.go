@@ -14,6 +14,7 @@ import (
 	"xlb/controlplane"
 	"xlb/dataplane"
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 )
 
 // testConfig: a UDP service on one VIP with two backends, L2 DSR.
@@ -67,7 +68,7 @@ func udpFrames(tb testing.TB, n int) [][]byte {
 	for i := range out {
 		f, err := craft.Build(&craft.Packet{
 			Src: netip.AddrFrom4([4]byte{198, 51, 100, byte(i + 1)}), Dst: testVIP,
-			Proto: craft.UDP, SrcPort: uint16(40000 + i), DstPort: 53,
+			Proto: packet.ProtoUDP, SrcPort: uint16(40000 + i), DstPort: 53,
 		})
 		if err != nil {
 			tb.Fatal(err)

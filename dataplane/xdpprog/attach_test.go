@@ -18,7 +18,7 @@ func attach(t *testing.T, o *Objects, ns *testNS, mode Mode) (link.Link, Mode) {
 		l    link.Link
 		used Mode
 	)
-	err := ns.do(func() error {
+	err := ns.Do(func() error {
 		var err error
 		l, used, err = o.Attach(ns.In.Attrs().Index, mode)
 		return err
@@ -64,7 +64,7 @@ func TestAttach_ModesAndDetach(t *testing.T) {
 			}
 
 			// One program per interface: a second attach fails, the first stays.
-			err = ns.do(func() error {
+			err = ns.Do(func() error {
 				l2, _, err := o.Attach(ns.In.Attrs().Index, tc.mode)
 				if err == nil {
 					l2.Close()
@@ -92,7 +92,7 @@ func TestAttach_AutoFallsBack(t *testing.T) {
 	ns := newTestNS(t, 1)
 	br := ns.addBridge(t)
 	var used Mode
-	err := ns.do(func() error {
+	err := ns.Do(func() error {
 		if _, _, err := o.Attach(br.Attrs().Index, ModeNative); err == nil {
 			return errors.New("native attach to a bridge succeeded")
 		}

@@ -51,7 +51,7 @@ func attachedChild(spec string) int {
 func TestAttach_KilledProcessDetaches(t *testing.T) {
 	ns := newTestNS(t, 1)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d", childEnv, ns.name, ns.In.Attrs().Index))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d", childEnv, ns.Name, ns.In.Attrs().Index))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

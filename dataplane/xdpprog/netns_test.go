@@ -3,55 +3,32 @@ package xdpprog
 import (
 	"errors"
 	"fmt"
-	"os"
-	"runtime"
-	"sync/atomic"
 	"testing"
 	"unsafe"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"xlb/internal/nettest"
 )
 
 // testNS is a throwaway network namespace ("xdpt…") with a veth pair: In
 // carries the program, Peer injects frames into it.
 type testNS struct {
-	name     string
-	ns       netns.NsHandle
+	*nettest.NS
 	nl       *netlink.Handle
 	In, Peer netlink.Link
 }
-
-var nsSeq atomic.Int32
 
 // newTestNS creates the namespace and the veth pair (rxQueues rx queues on
 // In, one tx queue on Peer, which native XDP on veth needs) and removes
 // them when the test ends.
 func newTestNS(tb testing.TB, rxQueues int) *testNS {
 	tb.Helper()
-	name := fmt.Sprintf("xdpt%d-%d", os.Getpid(), nsSeq.Add(1))
-	var ns netns.NsHandle
-	err := inThread(func() error {
-		var err error
-		ns, err = netns.NewNamed(name)
-		return err
-	})
-	if errors.Is(err, unix.EPERM) {
-		tb.Skipf("creating a network namespace needs root (CAP_SYS_ADMIN): %v", err)
-	}
+	ns := nettest.NewNS(tb, nettest.UniqueName("xdpt"))
+	h, err := netlink.NewHandleAt(ns.Handle)
 	if err != nil {
-		tb.Fatalf("creating netns %s: %v", name, err)
-	}
-	tb.Cleanup(func() {
-		ns.Close()
-		if err := netns.DeleteNamed(name); err != nil {
-			tb.Errorf("deleting netns %s: %v", name, err)
-		}
-	})
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		tb.Fatalf("netlink handle in %s: %v", name, err)
+		tb.Fatalf("netlink handle in %s: %v", ns.Name, err)
 	}
 	tb.Cleanup(h.Close)
 
@@ -61,9 +38,9 @@ func newTestNS(tb testing.TB, rxQueues int) *testNS {
 		PeerNumRxQueues: 1, PeerNumTxQueues: 1,
 	}
 	if err := h.LinkAdd(veth); err != nil {
-		tb.Fatalf("adding veth in %s: %v", name, err)
+		tb.Fatalf("adding veth in %s: %v", ns.Name, err)
 	}
-	t := &testNS{name: name, ns: ns, nl: h}
+	t := &testNS{NS: ns, nl: h}
 	for _, p := range []*netlink.Link{&t.In, &t.Peer} {
 		n := "xdpt-in"
 		if p == &t.Peer {
@@ -79,28 +56,6 @@ func newTestNS(tb testing.TB, rxQueues int) *testNS {
 		*p = l
 	}
 	return t
-}
-
-// do runs fn on a thread inside the namespace.
-func (t *testNS) do(fn func() error) error {
-	return inThread(func() error {
-		if err := netns.Set(t.ns); err != nil {
-			return fmt.Errorf("entering netns: %w", err)
-		}
-		return fn()
-	})
-}
-
-// inThread runs fn on a goroutine locked to its thread and never unlocked,
-// so the thread, whatever namespace fn left it in, ends with the goroutine
-// and no other goroutine ever runs there.
-func inThread(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		errc <- fn()
-	}()
-	return <-errc
 }
 
 // xdpState is what netlink says about the XDP program on the link.
@@ -128,7 +83,7 @@ func newXSK(tb testing.TB, t *testNS, l netlink.Link, queue int) *xsk {
 	tb.Helper()
 	const frames, frameSize = 16, 4096
 	s := &xsk{fd: -1}
-	err := t.do(func() error {
+	err := t.Do(func() error {
 		fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return err
@@ -187,7 +142,7 @@ func (s *xsk) rxDropped(tb testing.TB) uint64 {
 // on t.In.
 func (t *testNS) inject(tb testing.TB, frames ...[]byte) {
 	tb.Helper()
-	err := t.do(func() error {
+	err := t.Do(func() error {
 		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return err

@@ -7,6 +7,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+
+	"xlb/internal/bpfasm"
 )
 
 // TestLoad checks that the program passes this kernel's verifier and shows
@@ -40,7 +42,7 @@ func TestLoad_VerifierLog(t *testing.T) {
 	spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"bad": {
 		Name: "bad", Type: ebpf.XDP, License: "Dual MIT/GPL",
 		Instructions: asm.Instructions{
-			asm.LoadMem(asm.R2, asm.R1, mdData, asm.Word),
+			asm.LoadMem(asm.R2, asm.R1, bpfasm.MDData, asm.Word),
 			asm.LoadMem(asm.R0, asm.R2, 0, asm.Byte),
 			asm.Return(),
 		},
@@ -51,15 +53,5 @@ func TestLoad_VerifierLog(t *testing.T) {
 	}
 	if msg := err.Error(); !strings.Contains(msg, "verifier log:") || !strings.Contains(msg, "invalid access to packet") {
 		t.Errorf("error without the verifier log:\n%s", msg)
-	}
-}
-
-func TestBuilder_TwoLabels(t *testing.T) {
-	b := &builder{}
-	b.mark("a")
-	b.mark("b")
-	b.emit(asm.Return())
-	if b.err == nil {
-		t.Error("two labels on one instruction not reported")
 	}
 }

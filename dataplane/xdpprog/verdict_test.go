@@ -185,7 +185,7 @@ func TestVerdict_RxQueue(t *testing.T) {
 	frame := v4(t, nil, vip4, layers.IPProtocolUDP)
 	for queue, want := range []uint32{xdpPass, xdpRedirect} {
 		var got uint32
-		err := ns.do(func() error {
+		err := ns.Do(func() error {
 			var err error
 			got, err = o.Program.Run(&ebpf.RunOptions{Data: frame, Context: xdpMD{
 				DataEnd: uint32(len(frame)), IngressIfindex: uint32(ns.In.Attrs().Index), RxQueueIndex: uint32(queue),

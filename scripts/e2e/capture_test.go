@@ -9,6 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"xlb/scripts/testbed"
+
+	"xlb/internal/nettest"
+	"xlb/internal/nsx"
 )
 
 // packetSocket is an AF_PACKET socket on one interface of a namespace: it
@@ -20,12 +23,12 @@ type packetSocket struct {
 func openPacketSocket(t *testing.T, h testbed.Host) *packetSocket {
 	t.Helper()
 	ps := &packetSocket{fd: -1}
-	err := testbed.Do(h.NS, func() error {
+	err := nsx.Do(h.NS, func() error {
 		ifc, err := net.InterfaceByName(h.Iface)
 		if err != nil {
 			return err
 		}
-		proto := htons(unix.ETH_P_ALL)
+		proto := nettest.Htons(unix.ETH_P_ALL)
 		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(proto))
 		if err != nil {
 			return err
@@ -72,5 +75,3 @@ func (ps *packetSocket) capture(d time.Duration, match func([]byte) bool) ([]byt
 	}
 	return nil, nil
 }
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }

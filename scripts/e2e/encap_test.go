@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
 	"xlb/scripts/testbed"
 )
 
@@ -48,7 +49,7 @@ func checkEncapFrame(t *testing.T, b *testbed.Bed, tc encapCase) {
 		src, outerSrc, outerDst = c.Addr6, testbed.LBBackendSide6, be.Addr6
 	}
 	sent, err := craft.Build(&craft.Packet{
-		Src: src, Dst: tc.vip, Proto: craft.UDP, SrcPort: 41000 + tc.port%1000, DstPort: tc.port,
+		Src: src, Dst: tc.vip, Proto: packet.ProtoUDP, SrcPort: 41000 + tc.port%1000, DstPort: tc.port,
 		PayloadLen: 100, SrcMAC: c.MAC, DstMAC: testbed.LBMAC,
 	})
 	if err != nil {

@@ -13,13 +13,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"xlb/scripts/testbed"
+
+	"xlb/internal/nsx"
 )
 
 // ping sends one ICMP or ICMPv6 echo request from namespace ns to dst over
 // a raw socket (no ping binary needed) and waits up to timeout for the
 // matching reply.
 func ping(ns string, dst netip.Addr, id uint16, timeout time.Duration) error {
-	return testbed.Do(ns, func() error {
+	return nsx.Do(ns, func() error {
 		family, proto, reqType, replyType := unix.AF_INET, unix.IPPROTO_ICMP, byte(8), byte(0)
 		if dst.Is6() {
 			family, proto, reqType, replyType = unix.AF_INET6, unix.IPPROTO_ICMPV6, 128, 129
@@ -90,7 +92,7 @@ func listenHost(t *testing.T, b *testbed.Bed) {
 	t.Helper()
 	for _, a := range []netip.Addr{testbed.LBClientSide4, testbed.LBClientSide6} {
 		var ln net.Listener
-		err := testbed.Do(b.LB.NS, func() error {
+		err := nsx.Do(b.LB.NS, func() error {
 			var err error
 			ln, err = net.Listen("tcp", netip.AddrPortFrom(a, hostPort).String())
 			return err

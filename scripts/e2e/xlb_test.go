@@ -15,6 +15,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"xlb/scripts/testbed"
+
+	"xlb/internal/nsx"
 )
 
 // adminAddr is the admin listener of the tests' configuration, on the
@@ -210,7 +212,7 @@ func allHealthy(s status) bool {
 func xdpAttached(t *testing.T, b *testbed.Bed) bool {
 	t.Helper()
 	var attached bool
-	err := testbed.Do(b.LB.NS, func() error {
+	err := nsx.Do(b.LB.NS, func() error {
 		l, err := netlink.LinkByName(b.LB.Iface)
 		if err != nil {
 			return err

@@ -9,13 +9,15 @@ import (
 	"net/http"
 	"net/netip"
 	"time"
+
+	"xlb/internal/nsx"
 )
 
 // Dial opens a connection from namespace ns to dst ("tcp" or "udp"; a UDP
 // socket is connected, so it hears only dst).
 func Dial(ns, network string, dst netip.AddrPort, timeout time.Duration) (net.Conn, error) {
 	var conn net.Conn
-	err := Do(ns, func() error {
+	err := nsx.Do(ns, func() error {
 		var err error
 		conn, err = net.DialTimeout(network, dst.String(), timeout)
 		return err

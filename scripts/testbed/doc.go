@@ -6,8 +6,9 @@
 //
 // The script is the single description of the topology; this package runs
 // it, mirrors its fixed addresses, and gives tests ways to act inside a
-// namespace: Exec (a command under `ip netns exec`), Do (a function on an OS
-// thread moved into the namespace) and the client helpers built on Do.
+// namespace: Exec (a command under `ip netns exec`) and the client helpers
+// built on internal/nsx's Do (a function on an OS thread moved into the
+// namespace), which tests use directly too.
 //
 // Tests using it need root, as CI has; each picks its own prefix so that
 // packages testing in parallel never share a namespace.

@@ -11,6 +11,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
+
+	"xlb/internal/nsx"
 )
 
 // checkQueuesSpread attaches, in native mode, a program that counts frames
@@ -53,7 +55,7 @@ func checkQueuesSpread(t *testing.T, b *Bed) {
 	}
 	defer prog.Close()
 	var l link.Link
-	err = Do(b.LB.NS, func() error {
+	err = nsx.Do(b.LB.NS, func() error {
 		ifc, err := net.InterfaceByName(b.LB.Iface)
 		if err != nil {
 			return err

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"xlb/internal/nettest"
+	"xlb/internal/nsx"
 )
 
 // relay stands in for xlb's L2 DSR with a packet socket on the balancer's
@@ -28,12 +31,12 @@ type relay struct {
 func startRelay(t *testing.T, b *Bed, to *Backend) *relay {
 	t.Helper()
 	r := &relay{fd: -1}
-	err := Do(b.LB.NS, func() error {
+	err := nsx.Do(b.LB.NS, func() error {
 		ifc, err := net.InterfaceByName(b.LB.Iface)
 		if err != nil {
 			return err
 		}
-		proto := htons(unix.ETH_P_ALL)
+		proto := nettest.Htons(unix.ETH_P_ALL)
 		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(proto))
 		if err != nil {
 			return err
@@ -108,5 +111,3 @@ func toVIP(f []byte) bool {
 	}
 	return false
 }
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }

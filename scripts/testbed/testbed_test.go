@@ -12,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"xlb/internal/nettest"
+	"xlb/internal/nsx"
 )
 
 const (
@@ -310,7 +313,7 @@ func TestDownAfterFailure(t *testing.T) {
 // processes inside them, and links left in the namespace it runs in; it
 // does not kill a process a stale pid file names.
 func TestDownSweeps(t *testing.T) {
-	requireRoot(t)
+	nettest.RequireRoot(t)
 	const p = "tbs"
 	host := "tbsh-host" // another prefix: down for tbs must leave it
 	t.Cleanup(func() { delNS(host); delNS(p + "-x9") })
@@ -386,7 +389,7 @@ func TestScriptRefuses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.noRoot {
-				requireRoot(t) // dropping root needs it
+				nettest.RequireRoot(t) // dropping root needs it
 			}
 			code, out := runScript(t, script, tc.noRoot, tc.args...)
 			if code != tc.code || !strings.Contains(out, tc.says) {
@@ -546,7 +549,7 @@ func checkIface(t *testing.T, h Host) {
 	t.Helper()
 	var mac net.HardwareAddr
 	var addrs []netip.Addr
-	err := Do(h.NS, func() error {
+	err := nsx.Do(h.NS, func() error {
 		ifc, err := net.InterfaceByName(h.Iface)
 		if err != nil {
 			return err
@@ -571,7 +574,7 @@ func checkIface(t *testing.T, h Host) {
 func addrsOn(t *testing.T, ns, iface string) []netip.Addr {
 	t.Helper()
 	var addrs []netip.Addr
-	err := Do(ns, func() error {
+	err := nsx.Do(ns, func() error {
 		ifc, err := net.InterfaceByName(iface)
 		if err != nil {
 			return err

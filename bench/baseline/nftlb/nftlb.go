@@ -14,7 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"xlb/bench/internal/nsx"
+	"xlb/internal/nsx"
 )
 
 // Algo is how the rule picks a backend for a new flow.

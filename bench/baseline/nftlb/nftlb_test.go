@@ -20,10 +20,12 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"xlb/bench/baseline/internal/bltest"
-	"xlb/bench/internal/nsx"
+	"xlb/internal/nsx"
+
+	"xlb/internal/nettest"
 )
 
-func TestMain(m *testing.M) { os.Exit(bltest.MainCheckFDs(m)) }
+func TestMain(m *testing.M) { os.Exit(nettest.MainCheckFDs(m)) }
 
 func requireNft(tb testing.TB) {
 	tb.Helper()

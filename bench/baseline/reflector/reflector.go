@@ -16,10 +16,10 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"xlb/bench/internal/nsx"
 	"xlb/dataplane/afxdp"
 	"xlb/dataplane/worker"
 	"xlb/dataplane/xdpprog"
+	"xlb/internal/nsx"
 )
 
 // ErrConfig is wrapped by Start for a configuration it refuses.

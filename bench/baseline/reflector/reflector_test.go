@@ -13,9 +13,11 @@ import (
 	"xlb/bench/baseline/internal/bltest"
 	"xlb/dataplane/afxdp"
 	"xlb/dataplane/xdpprog"
+
+	"xlb/internal/nettest"
 )
 
-func TestMain(m *testing.M) { os.Exit(bltest.MainCheckFDs(m)) }
+func TestMain(m *testing.M) { os.Exit(nettest.MainCheckFDs(m)) }
 
 func start(tb testing.TB, cfg Config) *Reflector {
 	tb.Helper()

@@ -1,6 +1,10 @@
 package xdpfwd
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"xlb/dataplane/packet"
+)
 
 // BackendIndex is the program's choice for frame in Go: the index of the
 // backend (0..n-1) it sends the frame to, and false where the program
@@ -20,19 +24,19 @@ func BackendIndex(frame []byte, n int) (int, bool) {
 // program's), then mixed.
 func flowHash(f []byte) (uint32, bool) {
 	ne := binary.NativeEndian
-	if len(f) < ethLen {
+	if len(f) < packet.EthernetLen {
 		return 0, false
 	}
 	var h uint32
 	switch binary.BigEndian.Uint16(f[12:]) {
 	case 0x0800:
-		ip := f[ethLen:]
-		if len(ip) < ipv4MinLen || ip[0]>>4 != 4 || ip[0]&0xf < 5 {
+		ip := f[packet.EthernetLen:]
+		if len(ip) < packet.IPv4MinLen || ip[0]>>4 != 4 || ip[0]&0xf < 5 {
 			return 0, false
 		}
 		ihl := int(ip[0]&0xf) * 4
-		proto := ip[9]
-		if proto != protoTCP && proto != protoUDP {
+		proto := packet.Proto(ip[9])
+		if proto != packet.ProtoTCP && proto != packet.ProtoUDP {
 			return 0, false
 		}
 		h = ne.Uint32(ip[12:]) ^ ne.Uint32(ip[16:]) ^ uint32(proto)
@@ -43,16 +47,16 @@ func flowHash(f []byte) (uint32, bool) {
 			h ^= ne.Uint32(ip[ihl:])
 		}
 	case 0x86dd:
-		ip := f[ethLen:]
-		if len(ip) < ipv6Len+4 || ip[0]>>4 != 6 {
+		ip := f[packet.EthernetLen:]
+		if len(ip) < packet.IPv6FixedLen+4 || ip[0]>>4 != 6 {
 			return 0, false
 		}
-		proto := ip[6]
-		if proto != protoTCP && proto != protoUDP {
+		proto := packet.Proto(ip[6])
+		if proto != packet.ProtoTCP && proto != packet.ProtoUDP {
 			return 0, false
 		}
 		h = uint32(proto)
-		for off := 8; off < ipv6Len+4; off += 4 {
+		for off := 8; off < packet.IPv6FixedLen+4; off += 4 {
 			h ^= ne.Uint32(ip[off:])
 		}
 	default:

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"xlb/bench/baseline/internal/bltest"
+	"xlb/internal/nettest"
 )
 
-func TestMain(m *testing.M) { os.Exit(bltest.MainCheckFDs(m)) }
+func TestMain(m *testing.M) { os.Exit(nettest.MainCheckFDs(m)) }

@@ -8,7 +8,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
-	"xlb/bench/internal/nsx"
+	"xlb/internal/nsx"
 )
 
 // peerPass is the XDP_PASS program on a veth peer (see the package comment).

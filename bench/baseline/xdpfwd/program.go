@@ -1,16 +1,16 @@
 package xdpfwd
 
 import (
-	"encoding/binary"
-	"fmt"
-
 	"github.com/cilium/ebpf/asm"
+
+	"xlb/dataplane/packet"
+	"xlb/internal/bpfasm"
 )
 
 // XDP verdicts (enum xdp_action).
 const (
-	xdpPass = 2
-	xdpTX   = 3
+	xdpPass = bpfasm.XDPPass
+	xdpTX   = bpfasm.XDPTx
 )
 
 // Indexes of the counters map, one per verdict path.
@@ -42,20 +42,6 @@ const (
 	backendValueLen = 8
 )
 
-// Offsets into struct xdp_md.
-const (
-	mdData    = 0
-	mdDataEnd = 4
-)
-
-const (
-	ethLen     = 14
-	ipv4MinLen = 20
-	ipv6Len    = 40
-	protoTCP   = 6
-	protoUDP   = 17
-)
-
 // Stack slots.
 const (
 	stackKey  = -16 // VIP key, 16 bytes
@@ -69,46 +55,12 @@ const hashMul = 0x9e3779b1
 // hashMulImm is hashMul as the instruction's 32-bit immediate.
 const hashMulImm = int32(hashMul - 1<<32)
 
-type builder struct {
-	insns asm.Instructions
-	label string
-	err   error
-}
-
-func (b *builder) mark(label string) {
-	if b.label != "" && b.err == nil {
-		b.err = fmt.Errorf("labels %q and %q on one instruction", b.label, label)
-	}
-	b.label = label
-}
-
-func (b *builder) emit(insns ...asm.Instruction) {
-	for _, ins := range insns {
-		if b.label != "" {
-			ins = ins.WithSymbol(b.label)
-			b.label = ""
-		}
-		b.insns = append(b.insns, ins)
-	}
-}
-
-// be16 is the value a 16-bit load gives for the big-endian v on this host.
-func be16(v uint16) int32 {
-	var b [2]byte
-	binary.BigEndian.PutUint16(b[:], v)
-	return int32(binary.NativeEndian.Uint16(b[:]))
-}
-
-func mappedPrefix() int64 {
-	return int64(int32(binary.NativeEndian.Uint32([]byte{0, 0, 0xff, 0xff})))
-}
-
 // instructions returns the program (see the package comment). Registers:
 // r6 = ctx (then the verdict), r7 = data, r8 = data_end, r9 = the L3
 // header (then the config value); r5 accumulates the flow hash while
 // parsing; r1–r5 are clobbered by calls.
 func instructions() (asm.Instructions, error) {
-	b := &builder{}
+	b := &bpfasm.Builder{}
 	const (
 		short     = "short"
 		notVIP    = "not_vip"
@@ -119,34 +71,19 @@ func instructions() (asm.Instructions, error) {
 		mix       = "mix"
 		count     = "count"
 	)
-	b.emit(
-		asm.Mov.Reg(asm.R6, asm.R1),
-		asm.LoadMem(asm.R7, asm.R6, mdData, asm.Word),
-		asm.LoadMem(asm.R8, asm.R6, mdDataEnd, asm.Word),
-		asm.Mov.Reg(asm.R9, asm.R7),
-		asm.Add.Imm(asm.R9, ethLen),
-		asm.JGT.Reg(asm.R9, asm.R8, short),
-		asm.LoadMem(asm.R2, asm.R7, ethLen-2, asm.Half),
-		asm.JEq.Imm(asm.R2, be16(0x0800), ipv4),
-		asm.JEq.Imm(asm.R2, be16(0x86dd), ipv6),
+	b.Ethernet(short)
+	b.Emit(
+		asm.JEq.Imm(asm.R2, bpfasm.BE16(packet.EtherTypeIPv4), ipv4),
+		asm.JEq.Imm(asm.R2, bpfasm.BE16(packet.EtherTypeIPv6), ipv6),
 		asm.Ja.Label(notVIP),
 	)
 
 	// IPv4: VIP key ::ffff:daddr; hash saddr ^ daddr ^ proto ^ ports,
 	// ports 0 for a fragment (so all fragments of a datagram agree).
-	b.mark(ipv4)
-	b.emit(
-		asm.Mov.Reg(asm.R3, asm.R9),
-		asm.Add.Imm(asm.R3, ipv4MinLen),
-		asm.JGT.Reg(asm.R3, asm.R8, short),
-		asm.StoreImm(asm.RFP, stackKey, 0, asm.Word),
-		asm.StoreImm(asm.RFP, stackKey+4, 0, asm.Word),
-		asm.StoreImm(asm.RFP, stackKey+8, mappedPrefix(), asm.Word),
-		asm.LoadMem(asm.R3, asm.R9, 16, asm.Word),
-		asm.StoreMem(asm.RFP, stackKey+12, asm.R3, asm.Word),
-	)
-	lookupVIP(b, 4, notVIP)
-	b.emit(
+	b.Mark(ipv4)
+	b.VIPKeyV4(stackKey, short)
+	b.LookupVIP(nameVIPs, stackKey, 4, notVIP)
+	b.Emit(
 		asm.LoadMem(asm.R1, asm.R9, 0, asm.Byte),
 		asm.Mov.Reg(asm.R2, asm.R1),
 		asm.RSh.Imm(asm.R2, 4),
@@ -155,17 +92,17 @@ func instructions() (asm.Instructions, error) {
 		asm.JLT.Imm(asm.R1, 5, short),
 		asm.LSh.Imm(asm.R1, 2), // IHL in bytes, 20..60
 		asm.LoadMem(asm.R4, asm.R9, 9, asm.Byte),
-		asm.JEq.Imm(asm.R4, protoTCP, "l4_v4"),
-		asm.JNE.Imm(asm.R4, protoUDP, notL4),
+		asm.JEq.Imm(asm.R4, int32(packet.ProtoTCP), "l4_v4"),
+		asm.JNE.Imm(asm.R4, int32(packet.ProtoUDP), notL4),
 	)
-	b.mark("l4_v4")
-	b.emit(
+	b.Mark("l4_v4")
+	b.Emit(
 		asm.LoadMem(asm.R5, asm.R9, 12, asm.Word),
 		asm.LoadMem(asm.R2, asm.R9, 16, asm.Word),
 		asm.Xor.Reg32(asm.R5, asm.R2),
 		asm.Xor.Reg32(asm.R5, asm.R4),
 		asm.LoadMem(asm.R2, asm.R9, 6, asm.Half),
-		asm.And.Imm(asm.R2, be16(0x3fff)), // MF and fragment offset
+		asm.And.Imm(asm.R2, bpfasm.BE16(0x3fff)), // MF and fragment offset
 		asm.JNE.Imm(asm.R2, 0, mix),
 		asm.Mov.Reg(asm.R3, asm.R9),
 		asm.Add.Reg(asm.R3, asm.R1),
@@ -179,41 +116,34 @@ func instructions() (asm.Instructions, error) {
 
 	// IPv6: VIP key daddr; hash the eight address words ^ next header ^
 	// ports. Only UDP or TCP right after the fixed header is forwarded.
-	b.mark(ipv6)
-	b.emit(
-		asm.Mov.Reg(asm.R3, asm.R9),
-		asm.Add.Imm(asm.R3, ipv6Len+4),
-		asm.JGT.Reg(asm.R3, asm.R8, short),
-		asm.LoadMem(asm.R3, asm.R9, 24, asm.DWord),
-		asm.StoreMem(asm.RFP, stackKey, asm.R3, asm.DWord),
-		asm.LoadMem(asm.R3, asm.R9, 32, asm.DWord),
-		asm.StoreMem(asm.RFP, stackKey+8, asm.R3, asm.DWord),
-	)
-	lookupVIP(b, 6, notVIP)
-	b.emit(
+	b.Mark(ipv6)
+	b.Need(packet.IPv6FixedLen+4, short)
+	b.VIPKeyV6(stackKey)
+	b.LookupVIP(nameVIPs, stackKey, 6, notVIP)
+	b.Emit(
 		asm.LoadMem(asm.R1, asm.R9, 0, asm.Byte),
 		asm.RSh.Imm(asm.R1, 4),
 		asm.JNE.Imm(asm.R1, 6, short),
 		asm.LoadMem(asm.R4, asm.R9, 6, asm.Byte),
-		asm.JEq.Imm(asm.R4, protoTCP, "l4_v6"),
-		asm.JNE.Imm(asm.R4, protoUDP, notL4),
+		asm.JEq.Imm(asm.R4, int32(packet.ProtoTCP), "l4_v6"),
+		asm.JNE.Imm(asm.R4, int32(packet.ProtoUDP), notL4),
 	)
-	b.mark("l4_v6")
-	b.emit(asm.Mov.Reg(asm.R5, asm.R4))
+	b.Mark("l4_v6")
+	b.Emit(asm.Mov.Reg(asm.R5, asm.R4))
 	for off := int16(8); off < 40; off += 4 {
-		b.emit(
+		b.Emit(
 			asm.LoadMem(asm.R2, asm.R9, off, asm.Word),
 			asm.Xor.Reg32(asm.R5, asm.R2),
 		)
 	}
-	b.emit(
-		asm.LoadMem(asm.R2, asm.R9, ipv6Len, asm.Word), // both ports
+	b.Emit(
+		asm.LoadMem(asm.R2, asm.R9, packet.IPv6FixedLen, asm.Word), // both ports
 		asm.Xor.Reg32(asm.R5, asm.R2),
 	)
 
 	// h ^= h>>16; h *= hashMul; h ^= h>>15 (32-bit), then backend h % n.
-	b.mark(mix)
-	b.emit(
+	b.Mark(mix)
+	b.Emit(
 		asm.Mov.Reg32(asm.R2, asm.R5),
 		asm.RSh.Imm32(asm.R2, 16),
 		asm.Xor.Reg32(asm.R5, asm.R2),
@@ -254,52 +184,10 @@ func instructions() (asm.Instructions, error) {
 		asm.Mov.Imm(asm.R7, statTX),
 		asm.Ja.Label(count),
 	)
-	for _, p := range []struct {
-		label string
-		stat  int32
-	}{{short, statPassShort}, {notVIP, statPassNotVIP}, {notL4, statPassNotL4}, {noBackend, statPassNoBackend}} {
-		b.mark(p.label)
-		b.emit(
-			asm.Mov.Imm(asm.R6, xdpPass),
-			asm.Mov.Imm(asm.R7, p.stat),
-			asm.Ja.Label(count),
-		)
-	}
-	// Count r7 in this CPU's slot and return r6 (per-CPU: no atomics,
-	// XDP runs with migration disabled).
-	b.mark(count)
-	b.emit(
-		asm.StoreMem(asm.RFP, stackIdx, asm.R7, asm.Word),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, stackIdx),
-		asm.LoadMapPtr(asm.R1, 0).WithReference(nameCounters),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "out"),
-		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
-		asm.Add.Imm(asm.R1, 1),
-		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
-	)
-	b.mark("out")
-	b.emit(
-		asm.Mov.Reg(asm.R0, asm.R6),
-		asm.Return(),
-	)
-	if b.err != nil {
-		return nil, b.err
-	}
-	return b.insns, nil
-}
-
-// lookupVIP looks the key at fp-16 up in the VIP map and jumps to miss
-// unless it is there with IP version v.
-func lookupVIP(b *builder, v int32, miss string) {
-	b.emit(
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, stackKey),
-		asm.LoadMapPtr(asm.R1, 0).WithReference(nameVIPs),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, miss),
-		asm.LoadMem(asm.R1, asm.R0, 0, asm.Byte),
-		asm.JNE.Imm(asm.R1, v, miss),
-	)
+	b.Verdict(short, xdpPass, statPassShort, count)
+	b.Verdict(notVIP, xdpPass, statPassNotVIP, count)
+	b.Verdict(notL4, xdpPass, statPassNotL4, count)
+	b.Verdict(noBackend, xdpPass, statPassNoBackend, count)
+	b.Count(count, nameCounters, stackIdx)
+	return b.Instructions()
 }

@@ -13,6 +13,9 @@ import (
 
 	"xlb/bench/baseline/internal/bltest"
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
+
+	"xlb/internal/nettest"
 )
 
 var (
@@ -25,7 +28,7 @@ var (
 
 func loadTest(tb testing.TB, macs []net.HardwareAddr) *objects {
 	tb.Helper()
-	bltest.RequireRoot(tb)
+	nettest.RequireRoot(tb)
 	o, err := load()
 	if errors.Is(err, ebpf.ErrNotSupported) {
 		tb.Skipf("kernel lacks BPF/XDP support: %v", err)
@@ -102,7 +105,7 @@ func withIPv4Options(tb testing.TB, sport uint16) []byte {
 // TestProgramGolden: frames in, verdict and frame out, one row per path.
 func TestProgramGolden(t *testing.T) {
 	o := loadTest(t, backends)
-	udp4 := build(t, craft.Packet{Src: client4, Dst: bltest.VIP4, Proto: craft.UDP, SrcPort: 40000, DstPort: 53})
+	udp4 := build(t, craft.Packet{Src: client4, Dst: bltest.VIP4, Proto: packet.ProtoUDP, SrcPort: 40000, DstPort: 53})
 	arp := append(append(append([]byte(nil), ifMAC...), bltest.PMAC...), 0x08, 0x06)
 	arp = append(arp, make([]byte, 28)...)
 	rows := []struct {
@@ -112,18 +115,18 @@ func TestProgramGolden(t *testing.T) {
 		stat    int
 	}{
 		{"udp4 to VIP", udp4, xdpTX, statTX},
-		{"tcp4 to VIP", build(t, craft.Packet{Src: client4, Dst: bltest.VIP4, Proto: craft.TCP, SrcPort: 40001, DstPort: 80, Flags: "S"}), xdpTX, statTX},
+		{"tcp4 to VIP", build(t, craft.Packet{Src: client4, Dst: bltest.VIP4, Proto: packet.ProtoTCP, SrcPort: 40001, DstPort: 80, Flags: "S"}), xdpTX, statTX},
 		{"udp4 with IP options", withIPv4Options(t, 40002), xdpTX, statTX},
-		{"udp6 to VIP", build(t, craft.Packet{Src: client6, Dst: bltest.VIP6, Proto: craft.UDP, SrcPort: 40003, DstPort: 53}), xdpTX, statTX},
-		{"tcp6 to VIP, 1500 bytes", build(t, craft.Packet{Src: client6, Dst: bltest.VIP6, Proto: craft.TCP, SrcPort: 40004, DstPort: 80, PayloadLen: 1500 - 14 - 40 - 20}), xdpTX, statTX},
-		{"udp4 first fragment", build(t, craft.Packet{Src: client4, Dst: bltest.VIP4, Proto: craft.UDP, SrcPort: 40005, DstPort: 53, Frag: craft.FragFirst}), xdpTX, statTX},
-		{"udp4 last fragment", build(t, craft.Packet{Src: client4, Dst: bltest.VIP4, Proto: craft.UDP, SrcPort: 40005, DstPort: 53, Frag: craft.FragLast}), xdpTX, statTX},
-		{"udp4 to another address", build(t, craft.Packet{Src: client4, Dst: other4, Proto: craft.UDP, SrcPort: 40006, DstPort: 53}), xdpPass, statPassNotVIP},
-		{"udp4 from the VIP, not to it", build(t, craft.Packet{Src: bltest.VIP4, Dst: other4, Proto: craft.UDP, SrcPort: 53, DstPort: 53}), xdpPass, statPassNotVIP},
-		{"IPv6 to the VIP's mapped form", build(t, craft.Packet{Src: client6, Dst: netip.AddrFrom16(bltest.VIP4.As16()), Proto: craft.UDP, SrcPort: 1, DstPort: 53}), xdpPass, statPassNotVIP},
+		{"udp6 to VIP", build(t, craft.Packet{Src: client6, Dst: bltest.VIP6, Proto: packet.ProtoUDP, SrcPort: 40003, DstPort: 53}), xdpTX, statTX},
+		{"tcp6 to VIP, 1500 bytes", build(t, craft.Packet{Src: client6, Dst: bltest.VIP6, Proto: packet.ProtoTCP, SrcPort: 40004, DstPort: 80, PayloadLen: 1500 - 14 - 40 - 20}), xdpTX, statTX},
+		{"udp4 first fragment", build(t, craft.Packet{Src: client4, Dst: bltest.VIP4, Proto: packet.ProtoUDP, SrcPort: 40005, DstPort: 53, Frag: craft.FragFirst}), xdpTX, statTX},
+		{"udp4 last fragment", build(t, craft.Packet{Src: client4, Dst: bltest.VIP4, Proto: packet.ProtoUDP, SrcPort: 40005, DstPort: 53, Frag: craft.FragLast}), xdpTX, statTX},
+		{"udp4 to another address", build(t, craft.Packet{Src: client4, Dst: other4, Proto: packet.ProtoUDP, SrcPort: 40006, DstPort: 53}), xdpPass, statPassNotVIP},
+		{"udp4 from the VIP, not to it", build(t, craft.Packet{Src: bltest.VIP4, Dst: other4, Proto: packet.ProtoUDP, SrcPort: 53, DstPort: 53}), xdpPass, statPassNotVIP},
+		{"IPv6 to the VIP's mapped form", build(t, craft.Packet{Src: client6, Dst: netip.AddrFrom16(bltest.VIP4.As16()), Proto: packet.ProtoUDP, SrcPort: 1, DstPort: 53}), xdpPass, statPassNotVIP},
 		{"ARP", arp, xdpPass, statPassNotVIP},
-		{"ICMP to VIP", build(t, craft.Packet{Src: client4, Dst: bltest.VIP4, Proto: craft.ICMP, ICMPType: 8}), xdpPass, statPassNotL4},
-		{"ICMPv6 to VIP", build(t, craft.Packet{Src: client6, Dst: bltest.VIP6, Proto: craft.ICMPv6, ICMPType: 128}), xdpPass, statPassNotL4},
+		{"ICMP to VIP", build(t, craft.Packet{Src: client4, Dst: bltest.VIP4, Proto: packet.ProtoICMP, ICMPType: 8}), xdpPass, statPassNotL4},
+		{"ICMPv6 to VIP", build(t, craft.Packet{Src: client6, Dst: bltest.VIP6, Proto: packet.ProtoICMPv6, ICMPType: 128}), xdpPass, statPassNotL4},
 		{"IPv4 header cut", udp4[:14+12], xdpPass, statPassShort},
 		{"IPv4 ports cut", udp4[:14+20+2], xdpPass, statPassShort},
 		{"IPv4 Ethernet header only", udp4[:14], xdpPass, statPassShort},
@@ -181,9 +184,9 @@ func TestProgramSpreadsFlows(t *testing.T) {
 		counts := make([]int, n)
 		for f := range flows {
 			src := netip.AddrFrom4([4]byte{10, 202, byte(f >> 8), byte(f)})
-			frame := build(t, craft.Packet{Src: src, Dst: bltest.VIP4, Proto: craft.UDP, SrcPort: uint16(1024 + f*7), DstPort: 53})
+			frame := build(t, craft.Packet{Src: src, Dst: bltest.VIP4, Proto: packet.ProtoUDP, SrcPort: uint16(1024 + f*7), DstPort: 53})
 			if f%2 == 1 {
-				frame = build(t, craft.Packet{Src: client6, Dst: bltest.VIP6, Proto: craft.TCP, SrcPort: uint16(1024 + f), DstPort: 443})
+				frame = build(t, craft.Packet{Src: client6, Dst: bltest.VIP6, Proto: packet.ProtoTCP, SrcPort: uint16(1024 + f), DstPort: 443})
 			}
 			verdict, out := run(t, o, frame)
 			if verdict != xdpTX {
@@ -213,7 +216,7 @@ func TestProgramSpreadsFlows(t *testing.T) {
 // untouched.
 func TestProgramNoBackends(t *testing.T) {
 	o := loadTest(t, nil)
-	f := build(t, craft.Packet{Src: client4, Dst: bltest.VIP4, Proto: craft.UDP, SrcPort: 1, DstPort: 53})
+	f := build(t, craft.Packet{Src: client4, Dst: bltest.VIP4, Proto: packet.ProtoUDP, SrcPort: 1, DstPort: 53})
 	verdict, out := run(t, o, f)
 	if verdict != xdpPass || !bytes.Equal(out, f) {
 		t.Fatalf("verdict %d, frame changed %v; want XDP_PASS, unchanged", verdict, !bytes.Equal(out, f))
@@ -229,7 +232,7 @@ func BenchmarkProgram(b *testing.B) {
 	o := loadTest(b, backends)
 	for _, size := range []int{64, 1500} {
 		b.Run(map[int]string{64: "64B", 1500: "1500B"}[size], func(b *testing.B) {
-			f := build(b, craft.Packet{Src: client4, Dst: bltest.VIP4, Proto: craft.UDP, SrcPort: 1, DstPort: 53, PayloadLen: size - 14 - 20 - 8})
+			f := build(b, craft.Packet{Src: client4, Dst: bltest.VIP4, Proto: packet.ProtoUDP, SrcPort: 1, DstPort: 53, PayloadLen: size - 14 - 20 - 8})
 			ret, per, err := o.prog.Benchmark(f, b.N, nil)
 			if err != nil {
 				b.Fatal(err)

@@ -12,8 +12,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
-	"xlb/bench/internal/nsx"
 	"xlb/dataplane/xdpprog"
+	"xlb/internal/nsx"
 )
 
 // Limits of the maps.

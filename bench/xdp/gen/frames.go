@@ -61,7 +61,7 @@ func Build(spec FlowSpec) (*Frames, error) {
 	for i := range f.n {
 		src, sport := spec.flow(i)
 		if i == 0 {
-			b, err := craft.Build(&craft.Packet{Src: src, Dst: spec.Dst, Proto: craft.UDP, SrcPort: sport, DstPort: spec.DstPort,
+			b, err := craft.Build(&craft.Packet{Src: src, Dst: spec.Dst, Proto: packet.ProtoUDP, SrcPort: sport, DstPort: spec.DstPort,
 				PayloadLen: spec.FrameLen - hdrLen, SrcMAC: spec.SrcMAC, DstMAC: spec.DstMAC})
 			if err != nil {
 				return nil, fmt.Errorf("gen: %w", err)

@@ -36,7 +36,7 @@ func TestFramesParse(t *testing.T) {
 		type tuple struct {
 			src, dst [16]byte
 			sp, dp   uint16
-			proto    uint8
+			proto    packet.Proto
 		}
 		seen := make(map[tuple]int, f.N())
 		var p packet.Parsed
@@ -47,7 +47,7 @@ func TestFramesParse(t *testing.T) {
 			if err := packet.Parse(fr, &p); err != nil {
 				t.Fatalf("size %d frame %d: %v", size, i, err)
 			}
-			if p.IPVersion != 4 || p.Proto != craft.UDP || p.DstAddr() != sp.Dst || p.DstPort != sp.DstPort ||
+			if p.IPVersion != 4 || p.Proto != packet.ProtoUDP || p.DstAddr() != sp.Dst || p.DstPort != sp.DstPort ||
 				p.IPLen != size-14 || p.Frag != packet.FragNone || !sp.Clients.Contains(p.SrcAddr()) {
 				t.Fatalf("size %d frame %d parsed as %+v", size, i, p)
 			}
@@ -83,7 +83,7 @@ func TestFramesMatchCraft(t *testing.T) {
 	}
 	for _, i := range []int{0, 1, 255, 256, 4097, f.N() - 1} {
 		src, port := sp.flow(i)
-		want, err := craft.Build(&craft.Packet{Src: src, Dst: sp.Dst, Proto: craft.UDP, SrcPort: port, DstPort: sp.DstPort,
+		want, err := craft.Build(&craft.Packet{Src: src, Dst: sp.Dst, Proto: packet.ProtoUDP, SrcPort: port, DstPort: sp.DstPort,
 			PayloadLen: 60 - 42, SrcMAC: sp.SrcMAC, DstMAC: sp.DstMAC})
 		if err != nil {
 			t.Fatal(err)

@@ -1,30 +1,19 @@
 package sink
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+
+	"xlb/dataplane/packet"
+	"xlb/internal/bpfasm"
 )
 
-// XDP verdicts and struct xdp_md offsets.
-const (
-	xdpPass        = 2
-	mdData         = 0
-	mdDataEnd      = 4
-	mdDataMeta     = 8
-	mdRxQueueIndex = 16
-)
-
-// be16 is what a 16-bit load gives on this host for the big-endian v.
-func be16(v uint16) int32 {
-	var b [2]byte
-	binary.BigEndian.PutUint16(b[:], v)
-	return int32(binary.NativeEndian.Uint16(b[:]))
-}
+// xdpPass is the verdict for everything but the bench's frames.
+const xdpPass = bpfasm.XDPPass
 
 // instructions: an IPv4 frame without options carrying UDP to PortLo..PortHi
 // goes to the socket of its rx queue (XDP_PASS when there is none), with
@@ -33,17 +22,17 @@ func be16(v uint16) int32 {
 func instructions(xsks *ebpf.Map, miss int32) asm.Instructions {
 	return asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
-		asm.LoadMem(asm.R2, asm.R6, mdData, asm.Word),
-		asm.LoadMem(asm.R3, asm.R6, mdDataEnd, asm.Word),
+		asm.LoadMem(asm.R2, asm.R6, bpfasm.MDData, asm.Word),
+		asm.LoadMem(asm.R3, asm.R6, bpfasm.MDDataEnd, asm.Word),
 		asm.Mov.Reg(asm.R4, asm.R2),
 		asm.Add.Imm(asm.R4, 14+20+8),
 		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
 		asm.LoadMem(asm.R5, asm.R2, 12, asm.Half),
-		asm.JNE.Imm(asm.R5, be16(0x0800), "pass"),
+		asm.JNE.Imm(asm.R5, bpfasm.BE16(packet.EtherTypeIPv4), "pass"),
 		asm.LoadMem(asm.R5, asm.R2, 14, asm.Byte),
 		asm.JNE.Imm(asm.R5, 0x45, "pass"),
 		asm.LoadMem(asm.R5, asm.R2, 14+9, asm.Byte),
-		asm.JNE.Imm(asm.R5, 17, "pass"),
+		asm.JNE.Imm(asm.R5, int32(packet.ProtoUDP), "pass"),
 		asm.LoadMem(asm.R5, asm.R2, 14+20+2, asm.Half),
 		asm.HostTo(asm.BE, asm.R5, asm.Half),
 		asm.JLT.Imm(asm.R5, PortLo, "pass"),
@@ -54,8 +43,8 @@ func instructions(xsks *ebpf.Map, miss int32) asm.Instructions {
 		asm.Mov.Imm(asm.R2, -MetaLen),
 		asm.FnXdpAdjustMeta.Call(),
 		asm.JNE.Imm(asm.R0, 0, "redirect"),
-		asm.LoadMem(asm.R7, asm.R6, mdDataMeta, asm.Word),
-		asm.LoadMem(asm.R3, asm.R6, mdData, asm.Word),
+		asm.LoadMem(asm.R7, asm.R6, bpfasm.MDDataMeta, asm.Word),
+		asm.LoadMem(asm.R3, asm.R6, bpfasm.MDData, asm.Word),
 		asm.Mov.Reg(asm.R4, asm.R7),
 		asm.Add.Imm(asm.R4, MetaLen),
 		asm.JGT.Reg(asm.R4, asm.R3, "redirect"),
@@ -64,7 +53,7 @@ func instructions(xsks *ebpf.Map, miss int32) asm.Instructions {
 		asm.StoreImm(asm.R7, metaMagic, int64(MetaMagic), asm.Word),
 		asm.StoreImm(asm.R7, metaMagic+4, 0, asm.Word),
 		asm.LoadMapPtr(asm.R1, xsks.FD()).WithSymbol("redirect"),
-		asm.LoadMem(asm.R2, asm.R6, mdRxQueueIndex, asm.Word),
+		asm.LoadMem(asm.R2, asm.R6, bpfasm.MDRxQueueIndex, asm.Word),
 		asm.Mov.Imm(asm.R3, miss),
 		asm.FnRedirectMap.Call(),
 		asm.Return(),

@@ -7,13 +7,15 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
 	"slices"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
+
+	"xlb/internal/nettest"
 )
 
 func TestHistogramBuckets(t *testing.T) {
@@ -89,7 +91,7 @@ func TestHistogramQuantiles(t *testing.T) {
 func frame(t *testing.T, dst net.HardwareAddr, ts int64, run uint32, size int) []byte {
 	t.Helper()
 	f, err := craft.Build(&craft.Packet{Src: netip.MustParseAddr("10.78.0.1"), Dst: netip.MustParseAddr("10.79.0.10"),
-		Proto: craft.UDP, SrcPort: 1024, DstPort: PortLo, PayloadLen: size - PayloadOff, DstMAC: dst})
+		Proto: packet.ProtoUDP, SrcPort: 1024, DstPort: PortLo, PayloadLen: size - PayloadOff, DstMAC: dst})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,9 +134,7 @@ func TestCounterRecord(t *testing.T) {
 // UDP frames take the redirect path (here, with no socket, the test's miss
 // verdict), ARP, TCP, other ports, IPv4 options and short frames are passed.
 func TestProgramVerdicts(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load an XDP program; CI runs as root")
-	}
+	nettest.RequireRoot(t)
 	const xdpDrop = 1
 	p, err := load(1, xdpDrop)
 	if err != nil {
@@ -153,10 +153,10 @@ func TestProgramVerdicts(t *testing.T) {
 		return f
 	}
 	src, dst := netip.MustParseAddr("10.78.0.1"), netip.MustParseAddr("10.77.0.11")
-	tcp := build(&craft.Packet{Src: src, Dst: dst, Proto: craft.TCP, SrcPort: 1, DstPort: PortLo, Flags: "S"})
-	otherPort := build(&craft.Packet{Src: src, Dst: dst, Proto: craft.UDP, SrcPort: 1, DstPort: PortHi + 1})
-	lowPort := build(&craft.Packet{Src: src, Dst: dst, Proto: craft.UDP, SrcPort: 1, DstPort: PortLo - 1})
-	v6 := build(&craft.Packet{Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"), Proto: craft.UDP, SrcPort: 1, DstPort: PortLo})
+	tcp := build(&craft.Packet{Src: src, Dst: dst, Proto: packet.ProtoTCP, SrcPort: 1, DstPort: PortLo, Flags: "S"})
+	otherPort := build(&craft.Packet{Src: src, Dst: dst, Proto: packet.ProtoUDP, SrcPort: 1, DstPort: PortHi + 1})
+	lowPort := build(&craft.Packet{Src: src, Dst: dst, Proto: packet.ProtoUDP, SrcPort: 1, DstPort: PortLo - 1})
+	v6 := build(&craft.Packet{Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"), Proto: packet.ProtoUDP, SrcPort: 1, DstPort: PortLo})
 	arp := append(make([]byte, 12), 0x08, 0x06)
 	arp = append(arp, make([]byte, 46)...)
 	opts := slices.Clone(bench)

@@ -39,7 +39,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"xlb/bench/internal/nsx"
+	"xlb/internal/nsx"
 )
 
 // Fixed addresses of the topology (private, inside its namespaces only).

@@ -11,15 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"xlb/bench/internal/nsx"
-)
+	"xlb/internal/nsx"
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces, veth); CI runs as root")
-	}
-}
+	"xlb/internal/nettest"
+)
 
 // leftovers lists what a prefix may leave behind: namespaces, the lock.
 func leftovers(t *testing.T, prefix string) []string {
@@ -46,7 +41,7 @@ func leftovers(t *testing.T, prefix string) []string {
 }
 
 func TestUpDown(t *testing.T) {
-	requireRoot(t)
+	nettest.RequireRoot(t)
 	const prefix = "tt1"
 	tp, err := Up(Options{Prefix: prefix, Backends: 3})
 	if err != nil {
@@ -125,7 +120,7 @@ func TestUpDown(t *testing.T) {
 }
 
 func TestUpFailsCleanly(t *testing.T) {
-	requireRoot(t)
+	nettest.RequireRoot(t)
 	const prefix = "tt2"
 	failHook = func() error { return errors.New("injected") }
 	t.Cleanup(func() { failHook = nil; _ = Sweep(prefix) })
@@ -140,7 +135,7 @@ func TestUpFailsCleanly(t *testing.T) {
 // TestUpSweepsDeadRun: namespaces of a run that died (a process still in
 // one) are removed by the next Up, and nothing stays after Down.
 func TestUpSweepsDeadRun(t *testing.T) {
-	requireRoot(t)
+	nettest.RequireRoot(t)
 	const prefix = "tt3"
 	t.Cleanup(func() { _ = Sweep(prefix) })
 	if out, err := exec.Command("ip", "netns", "add", prefix+"-mid").CombinedOutput(); err != nil {

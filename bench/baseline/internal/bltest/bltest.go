@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,8 +19,10 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"xlb/bench/internal/nsx"
 	"xlb/dataplane/craft"
+	"xlb/dataplane/packet"
+	"xlb/internal/nettest"
+	"xlb/internal/nsx"
 )
 
 // Fixed addresses of the bed; private, used only inside its namespaces.
@@ -66,19 +67,11 @@ type Bed struct {
 
 var seq atomic.Int32
 
-// RequireRoot skips a test without root.
-func RequireRoot(tb testing.TB) {
-	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("needs root: network namespaces, XDP and AF_XDP (CI runs as root)")
-	}
-}
-
 // New makes the bed with namespaces named prefix<pid>-<n>m and ...g and
 // removes everything when the test ends.
 func New(tb testing.TB, prefix string, o Opts) *Bed {
 	tb.Helper()
-	RequireRoot(tb)
+	nettest.RequireRoot(tb)
 	if o.XQueues <= 0 {
 		o.XQueues = 1
 	}
@@ -88,25 +81,12 @@ func New(tb testing.TB, prefix string, o Opts) *Bed {
 		GenNS: fmt.Sprintf("%s%d-%dg", prefix, os.Getpid(), n),
 	}
 	for _, name := range []string{b.MidNS, b.GenNS} {
-		err := nsx.OnThread(func() error {
-			h, err := netns.NewNamed(name) // moves this thread, which then ends
-			if err != nil {
-				return err
+		nettest.NewNS(tb, name)
+		if !o.IPv6 {
+			if err := nsx.Do(name, disableIPv6); err != nil {
+				tb.Fatalf("namespace %s: %v", name, err)
 			}
-			h.Close()
-			if !o.IPv6 {
-				return disableIPv6()
-			}
-			return nil
-		})
-		if err != nil {
-			tb.Fatalf("creating namespace %s: %v", name, err)
 		}
-		tb.Cleanup(func() {
-			if err := netns.DeleteNamed(name); err != nil {
-				tb.Errorf("deleting namespace %s: %v", name, err)
-			}
-		})
 	}
 	err := nsx.Do(b.MidNS, func() error {
 		g, err := netns.GetFromName(b.GenNS)
@@ -175,8 +155,6 @@ func disableIPv6() error {
 	return nil
 }
 
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
 // packetSocket opens an AF_PACKET socket bound to ifindex; a capturing one
 // has a short receive timeout.
 func packetSocket(ifindex int, proto uint16, capture bool) (int, error) {
@@ -184,11 +162,11 @@ func packetSocket(ifindex int, proto uint16, capture bool) (int, error) {
 	if !capture {
 		p = 0 // an injector receives nothing
 	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(p)))
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(nettest.Htons(p)))
 	if err != nil {
 		return -1, fmt.Errorf("AF_PACKET socket: %w", err)
 	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(p), Ifindex: ifindex}); err != nil {
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: nettest.Htons(p), Ifindex: ifindex}); err != nil {
 		unix.Close(fd)
 		return -1, fmt.Errorf("binding AF_PACKET socket: %w", err)
 	}
@@ -262,7 +240,7 @@ func (b *Bed) Drain() {
 // UDP builds a UDP frame from the client to dst, sent from P to X.
 func UDP(tb testing.TB, src, dst netip.Addr, sport, dport uint16, payload int) []byte {
 	tb.Helper()
-	f, err := craft.Build(&craft.Packet{Src: src, Dst: dst, Proto: craft.UDP, SrcPort: sport, DstPort: dport,
+	f, err := craft.Build(&craft.Packet{Src: src, Dst: dst, Proto: packet.ProtoUDP, SrcPort: sport, DstPort: dport,
 		PayloadLen: payload, SrcMAC: PMAC, DstMAC: XMAC})
 	if err != nil {
 		tb.Fatalf("building a frame: %v", err)
@@ -348,43 +326,4 @@ func XDPAttached(tb testing.TB, ns, name string) bool {
 		tb.Fatal(err)
 	}
 	return on
-}
-
-// MainCheckFDs runs the tests and fails the run if they leave file
-// descriptors open (sockets, maps, programs, links, namespace handles).
-// Call it from TestMain.
-func MainCheckFDs(m *testing.M) int {
-	before := openFDs()
-	code := m.Run()
-	if code != 0 {
-		return code
-	}
-	var leaked []string
-	for fd, target := range openFDs() {
-		if _, ok := before[fd]; !ok {
-			leaked = append(leaked, fmt.Sprintf("fd %s -> %s", fd, target))
-		}
-	}
-	if len(leaked) > 0 {
-		fmt.Fprintf(os.Stderr, "leaked file descriptors:\n%s\n", strings.Join(leaked, "\n"))
-		return 1
-	}
-	return 0
-}
-
-func openFDs() map[string]string {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return nil
-	}
-	fds := make(map[string]string, len(ents))
-	for _, e := range ents {
-		target, err := os.Readlink("/proc/self/fd/" + e.Name())
-		// The runtime's poller (made on first use) is not a leak.
-		if err != nil || strings.HasPrefix(target, "/proc/") || target == "anon_inode:[eventpoll]" || target == "anon_inode:[eventfd]" {
-			continue
-		}
-		fds[e.Name()] = target
-	}
-	return fds
 }

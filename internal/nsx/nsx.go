@@ -1,5 +1,7 @@
-// Package nsx runs setup code of lbbench (its topology and baselines) inside a named network
-// namespace, and looks interfaces up there.
+// Package nsx runs code inside a named network namespace on a thread of its
+// own (OnThread, Do), and looks interfaces, commands and sysctls up there:
+// the one home for this, shared by lbbench (its topology and baselines),
+// the test bed and the tests that build namespaces (see internal/nettest).
 package nsx
 
 import (
@@ -19,9 +21,11 @@ import (
 // (/run/netns/ns), or in the caller's namespace when ns is "". Sockets,
 // links and BPF attachments fn makes belong to ns for their whole life and
 // may be used from any goroutine afterwards; commands fn runs with exec
-// start in ns too (the child is forked from this thread). The thread is
-// never handed back to the scheduler: it ends with fn, so no other
-// goroutine ever runs in ns.
+// start in ns too (the child is forked from this thread). Goroutines fn
+// starts run outside ns (so an http.Client, which dials from its own
+// goroutines, does not work inside fn: dial in fn, talk outside). The
+// thread is never handed back to the scheduler: it ends with fn, so no
+// other goroutine ever runs in ns.
 func Do(ns string, fn func() error) error {
 	if ns == "" {
 		return fn()

@@ -1,0 +1,136 @@
+// Package nettest is the one home of the helpers that tests building
+// network namespaces, loading XDP programs or opening raw sockets share:
+// a root check that skips, a throwaway named namespace, the open file
+// descriptors of the process (for leak checks in TestMain) and htons for
+// AF_PACKET protocol numbers. Running code inside a namespace is
+// internal/nsx's (OnThread, Do); NS.Do builds on it.
+package nettest
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/vishvananda/netns"
+
+	"xlb/internal/nsx"
+)
+
+// RequireRoot skips tb, saying why, unless the process runs as root (network
+// namespaces, veth, XDP and AF_XDP need it; CI runs as root).
+func RequireRoot(tb testing.TB) {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root (network namespaces, veth, XDP, AF_XDP); CI runs as root")
+	}
+}
+
+var seq atomic.Int32
+
+// UniqueName is prefix<pid>-<n>, n counting up in this process: a
+// namespace name no other test (nor another test process) uses.
+func UniqueName(prefix string) string {
+	return fmt.Sprintf("%s%d-%d", prefix, os.Getpid(), seq.Add(1))
+}
+
+// NS is a named network namespace (/run/netns/Name) made by NewNS.
+type NS struct {
+	Name   string
+	Handle netns.NsHandle
+}
+
+// NewNS creates the named namespace (skipping tb without root) and deletes
+// it when the test ends. Creating it moves no thread of the caller's: the
+// thread that made it ends with it (nsx.OnThread).
+func NewNS(tb testing.TB, name string) *NS {
+	tb.Helper()
+	RequireRoot(tb)
+	n := &NS{Name: name}
+	err := nsx.OnThread(func() (err error) {
+		n.Handle, err = netns.NewNamed(name) // moves this thread, which then ends
+		return err
+	})
+	tb.Cleanup(func() {
+		if n.Handle.IsOpen() {
+			n.Handle.Close()
+		}
+		if err := netns.DeleteNamed(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+			tb.Errorf("deleting netns %s: %v", name, err)
+		}
+	})
+	if err != nil {
+		tb.Fatalf("creating netns %s: %v", name, err)
+	}
+	return n
+}
+
+// Do runs fn on a fresh OS thread inside the namespace (nsx.OnThread): the
+// sockets, links and XDP attachments fn makes, and the processes it starts,
+// belong to n; no other goroutine ever runs there.
+func (n *NS) Do(fn func() error) error {
+	return nsx.OnThread(func() error {
+		if err := netns.Set(n.Handle); err != nil {
+			return fmt.Errorf("entering netns %s: %w", n.Name, err)
+		}
+		return fn()
+	})
+}
+
+// OpenFDs maps this process's open file descriptors to what they point at,
+// leaving out the one that reads the list and the runtime's poller (epoll
+// and eventfd, made on first use), which are no leak.
+func OpenFDs() map[string]string {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil
+	}
+	fds := make(map[string]string, len(ents))
+	for _, e := range ents {
+		target, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil || strings.HasPrefix(target, "/proc/") || target == "anon_inode:[eventpoll]" || target == "anon_inode:[eventfd]" {
+			continue
+		}
+		fds[e.Name()] = target
+	}
+	return fds
+}
+
+// Leaked names the descriptors open now that were not in before (from
+// OpenFDs), as "fd N -> target".
+func Leaked(before map[string]string) []string {
+	var leaked []string
+	for fd, target := range OpenFDs() {
+		if _, ok := before[fd]; !ok {
+			leaked = append(leaked, fmt.Sprintf("fd %s -> %s", fd, target))
+		}
+	}
+	return leaked
+}
+
+// MainCheckFDs runs the tests and fails the run if they passed but left
+// file descriptors open (sockets, maps, programs, links, namespace
+// handles). Call it from TestMain: os.Exit(nettest.MainCheckFDs(m)).
+func MainCheckFDs(m *testing.M) int {
+	before := OpenFDs()
+	code := m.Run()
+	if code != 0 {
+		return code
+	}
+	if leaked := Leaked(before); len(leaked) > 0 {
+		fmt.Fprintf(os.Stderr, "leaked file descriptors:\n%s\n", strings.Join(leaked, "\n"))
+		return 1
+	}
+	return 0
+}
+
+// Htons is v in network byte order, as AF_PACKET sockets take a protocol
+// (socket(2)'s protocol, sockaddr_ll's sll_protocol).
+func Htons(v uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], v)
+	return binary.NativeEndian.Uint16(b[:])
+}
