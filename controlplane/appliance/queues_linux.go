@@ -1,4 +1,4 @@
-package main
+package appliance
 
 import (
 	"errors"
@@ -64,7 +64,7 @@ func resolveQueues(d *config.Dataplane, ifname string, count int) (queues, cpus 
 		queues = slices.Clone(d.Queues)
 		for _, q := range queues {
 			if q >= count {
-				return nil, nil, fmt.Errorf("xlb run: dataplane.queues lists queue %d but %s has %d rx queue(s) (0..%d)", q, ifname, count, count-1)
+				return nil, nil, fmt.Errorf("dataplane.queues lists queue %d but %s has %d rx queue(s) (0..%d)", q, ifname, count, count-1)
 			}
 		}
 	}
@@ -74,7 +74,7 @@ func resolveQueues(d *config.Dataplane, ifname string, count int) (queues, cpus 
 	}
 	if len(d.CPUs) > 0 {
 		if len(d.CPUs) != len(queues) {
-			return nil, nil, fmt.Errorf("xlb run: dataplane.cpus lists %d CPU(s) for the %d rx queue(s) of %s; give one CPU per queue", len(d.CPUs), len(queues), ifname)
+			return nil, nil, fmt.Errorf("dataplane.cpus lists %d CPU(s) for the %d rx queue(s) of %s; give one CPU per queue", len(d.CPUs), len(queues), ifname)
 		}
 		copy(cpus, d.CPUs)
 	}
@@ -86,11 +86,11 @@ func resolveQueues(d *config.Dataplane, ifname string, count int) (queues, cpus 
 func checkCPUs(cpus []int) error {
 	var allowed unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
-		return fmt.Errorf("xlb run: reading the CPUs this process may use: %w", err)
+		return fmt.Errorf("reading the CPUs this process may use: %w", err)
 	}
 	for _, c := range cpus {
 		if c >= 0 && !allowed.IsSet(c) {
-			return fmt.Errorf("xlb run: dataplane.cpus lists CPU %d, which this process may not run on (it may use %d CPUs)", c, allowed.Count())
+			return fmt.Errorf("dataplane.cpus lists CPU %d, which this process may not run on (it may use %d CPUs)", c, allowed.Count())
 		}
 	}
 	return nil
