@@ -9,6 +9,7 @@ import (
 
 	"xlb/config"
 	"xlb/controlplane/admin"
+	"xlb/controlplane/appliance"
 )
 
 // adminFlags parses --admin ADDR and -c FILE and returns the admin
@@ -74,4 +75,48 @@ func cmdStatus(args []string, stdout io.Writer) error {
 		return fmt.Errorf("xlb status: %s/status: %w", addr, err)
 	}
 	return admin.WriteTables(stdout, &r)
+}
+
+// cmdReload is `xlb reload -c FILE (--pid PID | --pidfile FILE)`: the file
+// is validated here first, so an invalid one is reported to the operator
+// and nothing is sent; then the running xlb gets SIGHUP and reloads the
+// file it was started with. The process is named by a pid file that `xlb
+// run --pidfile` writes (or a pid), and must be an `xlb run`.
+func cmdReload(args []string, stdout io.Writer) error {
+	fs := newFlags("reload")
+	path := fs.String("c", "", "configuration file to validate (the one xlb run was started with)")
+	pid := fs.Int("pid", 0, "process id of xlb run")
+	pidfile := fs.String("pidfile", "", "file that xlb run --pidfile wrote")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *path == "" {
+		return fmt.Errorf("xlb reload: -c FILE is required (%w)", errUsage)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("xlb reload: unexpected argument %q (%w)", fs.Arg(0), errUsage)
+	}
+	if (*pid == 0) == (*pidfile == "") {
+		return fmt.Errorf("xlb reload: give one of --pid PID or --pidfile FILE (%w)", errUsage)
+	}
+	cfg, err := config.Load(*path)
+	if err == nil {
+		err = cfg.ValidateForRun()
+	}
+	if err != nil {
+		return fmt.Errorf("%w\nxlb reload: nothing sent", err)
+	}
+	if *pidfile != "" {
+		if *pid, err = appliance.ReadPidFile(*pidfile); err != nil {
+			return fmt.Errorf("xlb reload: %w", err)
+		}
+	}
+	if *pid <= 0 {
+		return fmt.Errorf("xlb reload: --pid %d: want a process id (%w)", *pid, errUsage)
+	}
+	if err := appliance.SignalReload(*pid); err != nil {
+		return fmt.Errorf("xlb reload: %w", err)
+	}
+	fmt.Fprintf(stdout, "sent SIGHUP to xlb run (pid %d); the outcome is in its log and in /status last_reload\n", *pid)
+	return nil
 }

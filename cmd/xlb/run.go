@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -56,10 +55,11 @@ func cmdRun(args []string, stderr io.Writer) error {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	if *pidfile != "" {
-		if err := os.WriteFile(*pidfile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		remove, err := appliance.WritePidFile(*pidfile)
+		if err != nil {
 			return fmt.Errorf("xlb run: --pidfile: %w", err)
 		}
-		defer os.Remove(*pidfile)
+		defer remove()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
