@@ -35,6 +35,8 @@ type Appliance struct {
 	cur     atomic.Pointer[running]
 }
 
+var _ admin.Source = (*Appliance)(nil)
+
 // running is what a started appliance serves from: set by Run once
 // everything is up, before the admin listener starts.
 type running struct {
@@ -126,6 +128,9 @@ func (a *Appliance) Reload(cfg *config.Config) error {
 	r := a.cur.Load()
 	if r == nil {
 		return ErrNotRunning
+	}
+	if cfg == nil {
+		return errors.New("appliance: no configuration")
 	}
 	return r.rl.reload(cfg.Path, func() (*config.Config, error) { return cfg, nil })
 }
