@@ -34,8 +34,12 @@ var errStopped = errors.New("stopped during startup")
 // stack is an appliance being brought up: each step adds what it started
 // and how to take it down again.
 type stack struct {
-	a    *Appliance
+	a *Appliance
+	// ctx ends startup waits; life, the workers and health checks, which
+	// the teardown stops: a graceful shutdown (withdraw the routes, keep
+	// forwarding a while) fits between ctx's end and the teardown.
 	ctx  context.Context
+	life context.Context
 	cfg  *config.Config
 	base *zap.Logger // the appliance's logger
 	log  *zap.Logger // base with the interface
@@ -73,7 +77,7 @@ func (s *stack) down() {
 // mistake (privileges, interface, queues, CPUs) come first and end in one
 // line, before anything is logged. Run is called once.
 func (a *Appliance) Run(ctx context.Context) error {
-	s := &stack{a: a, ctx: ctx, cfg: a.cfg, base: a.log}
+	s := &stack{a: a, ctx: ctx, life: context.WithoutCancel(ctx), cfg: a.cfg, base: a.log}
 	defer s.down()
 	steps := []func() error{s.host, s.neighbours, s.controlPlane, s.healthChecks, s.attach, s.openQueues, s.startWorkers, s.serveAdmin}
 	for _, step := range steps {
@@ -201,7 +205,7 @@ func (s *stack) healthChecks() error {
 		return err
 	}
 	s.hc = hc
-	hctx, stop := context.WithCancel(s.ctx)
+	hctx, stop := context.WithCancel(s.life)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = hc.Run(hctx) })
 	s.undo = append(s.undo, func() {
@@ -263,7 +267,7 @@ func (s *stack) startWorkers() error {
 		}
 		q.worker = w
 	}
-	ctx, stop := context.WithCancel(s.ctx)
+	ctx, stop := context.WithCancel(s.life)
 	s.failed = make(chan error, len(s.queues))
 	var wg sync.WaitGroup
 	for _, q := range s.queues {
