@@ -4,27 +4,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"strings"
-	"time"
 
 	"xlb/config"
 	"xlb/controlplane/admin"
+	"xlb/controlplane/appliance"
 )
-
-// defaultAdmin is [admin].listen's default, where drain, undrain and
-// status look when given neither --admin nor -c.
-const defaultAdmin = "127.0.0.1:9110"
-
-// ctlTimeout bounds one request to the admin listener.
-const ctlTimeout = 5 * time.Second
 
 // adminFlags parses --admin ADDR and -c FILE and returns the admin
 // listener to talk to: --admin, else the file's [admin].listen, else the
-// default. An unspecified host (0.0.0.0, ::, none) means this host's
-// loopback.
+// default; an unspecified host means this host's loopback.
 func adminFlags(name string, args []string) (addr string, rest []string, err error) {
 	fs := newFlags(name)
 	flagAddr := fs.String("admin", "", "admin listener host:port")
@@ -32,7 +22,7 @@ func adminFlags(name string, args []string) (addr string, rest []string, err err
 	if err := parseFlags(fs, args); err != nil {
 		return "", nil, err
 	}
-	addr = defaultAdmin
+	addr = admin.DefaultListen
 	switch {
 	case *flagAddr != "":
 		addr = *flagAddr
@@ -43,39 +33,11 @@ func adminFlags(name string, args []string) (addr string, rest []string, err err
 		}
 		addr = cfg.Admin.Listen
 	}
-	host, port, err := net.SplitHostPort(addr)
+	dial, err := admin.DialAddr(addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("xlb %s: --admin %q: %v (%w)", name, addr, err, errUsage)
 	}
-	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-		host = "127.0.0.1"
-		if ip != nil && ip.To4() == nil {
-			host = "::1"
-		}
-	}
-	return net.JoinHostPort(host, port), fs.Args(), nil
-}
-
-// adminCall sends one request to the admin listener and returns the body
-// of a 200 answer; any other answer is an error with the listener's words.
-func adminCall(method, addr, path string) ([]byte, error) {
-	req, err := http.NewRequest(method, "http://"+addr+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := (&http.Client{Timeout: ctlTimeout}).Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("admin listener %s: %w (is xlb running?)", addr, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return nil, fmt.Errorf("admin listener %s: %w", addr, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s", strings.TrimSpace(string(body)))
-	}
-	return body, nil
+	return dial, fs.Args(), nil
 }
 
 // cmdDrain is `xlb drain|undrain [--admin ADDR] [-c FILE] NAME`.
@@ -87,7 +49,7 @@ func cmdDrain(name string, args []string, stdout io.Writer) error {
 	if len(rest) != 1 {
 		return fmt.Errorf("xlb %s: want one backend NAME (an endpoint's name or address) (%w)", name, errUsage)
 	}
-	body, err := adminCall(http.MethodPost, addr, "/"+name+"?backend="+url.QueryEscape(rest[0]))
+	body, err := admin.Call(http.MethodPost, addr, "/"+name+"?backend="+url.QueryEscape(rest[0]))
 	if err != nil {
 		return fmt.Errorf("xlb %s %s: %w", name, rest[0], err)
 	}
@@ -104,7 +66,7 @@ func cmdStatus(args []string, stdout io.Writer) error {
 	if len(rest) > 0 {
 		return fmt.Errorf("xlb status: unexpected argument %q (%w)", rest[0], errUsage)
 	}
-	body, err := adminCall(http.MethodGet, addr, "/status")
+	body, err := admin.Call(http.MethodGet, addr, "/status")
 	if err != nil {
 		return fmt.Errorf("xlb status: %w", err)
 	}
@@ -112,5 +74,49 @@ func cmdStatus(args []string, stdout io.Writer) error {
 	if err := json.Unmarshal(body, &r); err != nil {
 		return fmt.Errorf("xlb status: %s/status: %w", addr, err)
 	}
-	return printStatus(stdout, &r)
+	return admin.WriteTables(stdout, &r)
+}
+
+// cmdReload is `xlb reload -c FILE (--pid PID | --pidfile FILE)`: the file
+// is validated here first, so an invalid one is reported to the operator
+// and nothing is sent; then the running xlb gets SIGHUP and reloads the
+// file it was started with. The process is named by a pid file that `xlb
+// run --pidfile` writes (or a pid), and must be an `xlb run`.
+func cmdReload(args []string, stdout io.Writer) error {
+	fs := newFlags("reload")
+	path := fs.String("c", "", "configuration file to validate (the one xlb run was started with)")
+	pid := fs.Int("pid", 0, "process id of xlb run")
+	pidfile := fs.String("pidfile", "", "file that xlb run --pidfile wrote")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *path == "" {
+		return fmt.Errorf("xlb reload: -c FILE is required (%w)", errUsage)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("xlb reload: unexpected argument %q (%w)", fs.Arg(0), errUsage)
+	}
+	if (*pid == 0) == (*pidfile == "") {
+		return fmt.Errorf("xlb reload: give one of --pid PID or --pidfile FILE (%w)", errUsage)
+	}
+	cfg, err := config.Load(*path)
+	if err == nil {
+		err = cfg.ValidateForRun()
+	}
+	if err != nil {
+		return fmt.Errorf("%w\nxlb reload: nothing sent", err)
+	}
+	if *pidfile != "" {
+		if *pid, err = appliance.ReadPidFile(*pidfile); err != nil {
+			return fmt.Errorf("xlb reload: %w", err)
+		}
+	}
+	if *pid <= 0 {
+		return fmt.Errorf("xlb reload: --pid %d: want a process id (%w)", *pid, errUsage)
+	}
+	if err := appliance.SignalReload(*pid); err != nil {
+		return fmt.Errorf("xlb reload: %w", err)
+	}
+	fmt.Fprintf(stdout, "sent SIGHUP to xlb run (pid %d); the outcome is in its log and in /status last_reload\n", *pid)
+	return nil
 }

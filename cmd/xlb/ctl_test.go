@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,10 +13,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"xlb/conntrack"
+	"xlb/controlplane"
 	"xlb/controlplane/admin"
 	"xlb/controlplane/cptest"
-	"xlb/dataplane"
 )
 
 // ctlConfig: web has two primaries and a failover, one unnamed backend in
@@ -34,19 +34,22 @@ type ctlSources struct {
 	rig *cptest.Rig
 }
 
-func (s *ctlSources) Snapshot() *dataplane.Snapshot { return s.rig.CP.Snapshot() }
-func (s *ctlSources) Workers() []admin.QueueStats {
-	return []admin.QueueStats{{Queue: 0, Stats: s.rig.W.Stats()}}
+func (s *ctlSources) Status() *admin.Report {
+	return admin.Gather(admin.Inputs{Snapshot: s.rig.CP.Snapshot(), Workers: []admin.QueueStats{{Queue: 0, Stats: s.rig.W.Stats()}},
+		Conntrack: s.rig.Conntrack(), Now: s.rig.Now,
+		Reloads: &admin.ReloadReport{Success: 3, Failure: 1, Last: &admin.LastReload{At: "2026-01-02T03:04:05Z", OK: true}}})
 }
-func (s *ctlSources) Conntrack() *conntrack.Table { return s.rig.Conntrack() }
-func (s *ctlSources) Now() int64                  { return s.rig.Now }
-func (s *ctlSources) Info() map[string]any        { return nil }
-func (s *ctlSources) Drain(name string) error     { return opErr(name, s.rig.CP.Drain(name, s.rig.Now)) }
+func (s *ctlSources) Drain(name string) error { return opErr(name, s.rig.CP.Drain(name, s.rig.Now)) }
 func (s *ctlSources) Undrain(name string) error {
 	return opErr(name, s.rig.CP.Undrain(name, s.rig.Now))
 }
-func (s *ctlSources) Reloads() admin.ReloadReport {
-	return admin.ReloadReport{Success: 3, Failure: 1, Last: &admin.LastReload{At: "2026-01-02T03:04:05Z", OK: true}}
+
+// opErr is the appliance's answer for a name that is no backend.
+func opErr(name string, err error) error {
+	if errors.Is(err, controlplane.ErrUnknownBackend) {
+		return fmt.Errorf("%w %q: no current endpoint has this name or address", admin.ErrUnknownBackend, name)
+	}
+	return err
 }
 
 // startAdmin serves a rig on a loopback port and returns its address.

@@ -9,17 +9,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
-	"strconv"
-	"strings"
 
 	"xlb/config"
 	"xlb/controlplane"
 	"xlb/controlplane/explain"
 	"xlb/controlplane/sim"
-	"xlb/dataplane/craft"
-	"xlb/dataplane/packet"
 )
 
 const usage = `usage: xlb <command> [flags]
@@ -161,119 +156,51 @@ func cmdSim(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// cmdExplain is `xlb explain`: the flags become explain.Args, whose
+// errors, like a backend the file does not have, are usage errors.
 func cmdExplain(args []string, stdout io.Writer) error {
 	fs := newFlags("explain")
 	path := fs.String("c", "", "configuration file")
-	src := fs.String("src", "", "source address")
-	dst := fs.String("dst", "", "destination address (a VIP)")
-	proto := fs.String("proto", "tcp", "tcp, udp, icmp, icmpv6, esp, gre or a number")
-	sport := fs.Uint("sport", 0, "source port")
-	dport := fs.Uint("dport", 0, "destination port")
-	flags := fs.String("flags", "", "TCP flags, any of S A F R P (default A)")
-	frag := fs.String("frag", "none", "none, first, middle or last")
-	icmpType := fs.Int("icmp-type", -1, "ICMP type (default echo, or an error when --inner-* is given)")
-	icmpCode := fs.Uint("icmp-code", 0, "ICMP code")
-	innerProto := fs.String("inner-proto", "", "quoted packet of an ICMP error: protocol")
-	innerSport := fs.Uint("inner-sport", 0, "quoted packet: source port")
-	innerDport := fs.Uint("inner-dport", 0, "quoted packet: destination port")
-	unhealthy := fs.String("unhealthy", "", "comma-separated backends to assume unhealthy")
-	weights := fs.String("weights", "", "comma-separated name=weight reports to assume")
+	var a explain.Args
+	fs.StringVar(&a.Src, "src", "", "source address")
+	fs.StringVar(&a.Dst, "dst", "", "destination address (a VIP)")
+	fs.StringVar(&a.Proto, "proto", "tcp", "tcp, udp, icmp, icmpv6, esp, gre or a number")
+	fs.UintVar(&a.Sport, "sport", 0, "source port")
+	fs.UintVar(&a.Dport, "dport", 0, "destination port")
+	fs.StringVar(&a.Flags, "flags", "", "TCP flags, any of S A F R P (default A)")
+	fs.StringVar(&a.Frag, "frag", "none", "none, first, middle or last")
+	fs.IntVar(&a.ICMPType, "icmp-type", -1, "ICMP type (default echo, or an error when --inner-* is given)")
+	fs.UintVar(&a.ICMPCode, "icmp-code", 0, "ICMP code")
+	fs.StringVar(&a.InnerProto, "inner-proto", "", "quoted packet of an ICMP error: protocol")
+	fs.UintVar(&a.InnerSport, "inner-sport", 0, "quoted packet: source port")
+	fs.UintVar(&a.InnerDport, "inner-dport", 0, "quoted packet: destination port")
+	fs.StringVar(&a.Unhealthy, "unhealthy", "", "comma-separated backends to assume unhealthy")
+	fs.StringVar(&a.Weights, "weights", "", "comma-separated name=weight reports to assume")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *path == "" || *src == "" || *dst == "" {
+	if *path == "" || a.Src == "" || a.Dst == "" {
 		return fmt.Errorf("xlb explain: -c, --src and --dst are required (%w)", errUsage)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("xlb explain: unexpected argument %q (%w)", fs.Arg(0), errUsage)
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fs.Visit(func(f *flag.Flag) {
+		a.ICMPCodeSet = a.ICMPCodeSet || f.Name == "icmp-code"
+		a.InnerPortsSet = a.InnerPortsSet || f.Name == "inner-sport" || f.Name == "inner-dport"
+	})
 	cfg, err := config.Load(*path)
 	if err != nil {
 		return err
 	}
-	var req explain.Request
-	p := &req.Packet
-	if p.Src, err = netip.ParseAddr(*src); err != nil {
-		return fmt.Errorf("xlb explain: --src: %v (%w)", err, errUsage)
+	req, err := a.Request()
+	var rep *explain.Report
+	if err == nil {
+		rep, err = explain.Explain(cfg, req)
 	}
-	if p.Dst, err = netip.ParseAddr(*dst); err != nil {
-		return fmt.Errorf("xlb explain: --dst: %v (%w)", err, errUsage)
-	}
-	p.Src, p.Dst = p.Src.Unmap(), p.Dst.Unmap() // as xlb sim reads addresses
-	if p.Proto, err = packet.ParseProto(*proto); err != nil {
-		return fmt.Errorf("xlb explain: --%v (%w)", err, errUsage)
-	}
-	if *sport > 65535 || *dport > 65535 {
-		return fmt.Errorf("xlb explain: ports are 0..65535 (%w)", errUsage)
-	}
-	if strings.Trim(strings.ToUpper(*flags), "SAFRP") != "" {
-		return fmt.Errorf("xlb explain: --flags %q: want any of S A F R P (%w)", *flags, errUsage)
-	}
-	p.SrcPort, p.DstPort, p.Flags = uint16(*sport), uint16(*dport), strings.ToUpper(*flags)
-	if p.Frag, err = craft.ParseFrag(*frag); err != nil {
-		return fmt.Errorf("xlb explain: --%v (%w)", err, errUsage)
-	}
-	if (set["inner-sport"] || set["inner-dport"]) && *innerProto == "" {
-		return fmt.Errorf("xlb explain: --inner-sport and --inner-dport need --inner-proto (%w)", errUsage)
-	}
-	if *innerProto != "" && p.Proto != packet.ProtoICMP && p.Proto != packet.ProtoICMPv6 {
-		return fmt.Errorf("xlb explain: --inner-proto describes the quote of an ICMP error: it needs --proto icmp or icmpv6 (%w)", errUsage)
-	}
-	if *innerSport > 65535 || *innerDport > 65535 || *icmpType > 255 || *icmpCode > 255 {
-		return fmt.Errorf("xlb explain: ports are 0..65535, ICMP type and code 0..255 (%w)", errUsage)
-	}
-	if p.Proto == packet.ProtoICMP || p.Proto == packet.ProtoICMPv6 {
-		if *innerProto != "" {
-			ip, err := packet.ParseProto(*innerProto)
-			if err != nil {
-				return fmt.Errorf("xlb explain: --inner-%v (%w)", err, errUsage)
-			}
-			// The quote is the packet the backend sent to the client: from
-			// the VIP, to the source of the error.
-			p.Inner = &craft.Packet{Src: p.Dst, Dst: p.Src, Proto: ip, SrcPort: uint16(*innerSport), DstPort: uint16(*innerDport)}
-			p.ICMPType, p.ICMPCode = 3, 4
-			if p.Proto == packet.ProtoICMPv6 {
-				p.ICMPType, p.ICMPCode = 2, 0
-			}
-		} else if p.Proto == packet.ProtoICMP {
-			p.ICMPType = 8
-		} else {
-			p.ICMPType = 128
-		}
-		if *icmpType >= 0 {
-			p.ICMPType, p.ICMPCode = uint8(*icmpType), uint8(*icmpCode)
-		}
-		if set["icmp-code"] {
-			p.ICMPCode = uint8(*icmpCode)
-		}
-	}
-	// A description that does not make a frame (icmp over IPv6, mixed
-	// families...) is the caller's wording too.
-	if _, err := craft.Build(p); err != nil {
-		return fmt.Errorf("xlb explain: %v (%w)", err, errUsage)
-	}
-	if *unhealthy != "" {
-		for _, n := range strings.Split(*unhealthy, ",") {
-			req.Unhealthy = append(req.Unhealthy, strings.TrimSpace(n))
-		}
-	}
-	if *weights != "" {
-		req.Weights = map[string]uint32{}
-		for _, kv := range strings.Split(*weights, ",") {
-			k, v, ok := strings.Cut(kv, "=")
-			w, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
-			if !ok || err != nil || w > 1000 {
-				return fmt.Errorf("xlb explain: --weights %q: want name=0..1000 (%w)", kv, errUsage)
-			}
-			req.Weights[strings.TrimSpace(k)] = uint32(w)
-		}
-	}
-	rep, err := explain.Explain(cfg, &req)
-	if errors.Is(err, controlplane.ErrUnknownBackend) {
-		// --unhealthy or --weights names a backend the file does not have.
+	var argErr *explain.ArgError
+	if errors.As(err, &argErr) || errors.Is(err, controlplane.ErrUnknownBackend) {
 		return fmt.Errorf("xlb explain: %v (%w)", err, errUsage)
 	}
 	if err != nil {

@@ -6,22 +6,22 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
-	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"xlb/config"
+	"xlb/controlplane/appliance"
 )
 
 // cmdRun is `xlb run -c FILE [--log-level LEVEL] [--pidfile FILE]`:
 // validate, then hand over to the appliance until SIGTERM or SIGINT; SIGHUP
-// reloads the file (X2). The pid file, when asked for, is what `xlb
-// reload --pidfile` reads; it is removed on a clean exit. Errors before the appliance
-// starts logging (bad file, no privileges, no interface) come back as one
-// line for main to print; once running, everything goes through the logger.
+// reloads the file (X2) once the appliance is up (one that comes earlier
+// waits). The pid file, when asked for, is what `xlb reload --pidfile`
+// reads; it is removed on a clean exit. Errors before the appliance starts
+// logging (bad file, no privileges, no interface) come back as one line for
+// main to print; once running, everything goes through the logger.
 func cmdRun(args []string, stderr io.Writer) error {
 	fs := newFlags("run")
 	path := fs.String("c", "", "configuration file")
@@ -44,7 +44,10 @@ func cmdRun(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := cfg.ValidateForRun(); err != nil {
+	log := newLogger(stderr, lvl)
+	defer func() { _ = log.Sync() }()
+	app, err := appliance.New(cfg, log)
+	if err != nil {
 		return err
 	}
 	// From here on a SIGHUP reloads instead of ending the process.
@@ -52,17 +55,31 @@ func cmdRun(args []string, stderr io.Writer) error {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	if *pidfile != "" {
-		if err := os.WriteFile(*pidfile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		remove, err := appliance.WritePidFile(*pidfile)
+		if err != nil {
 			return fmt.Errorf("xlb run: --pidfile: %w", err)
 		}
-		defer os.Remove(*pidfile)
+		defer remove()
 	}
-	log := newLogger(stderr, lvl)
-	defer func() { _ = log.Sync() }()
-
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	return runAppliance(ctx, cfg, log, hup)
+	done := make(chan error, 1)
+	go func() { done <- app.Run(ctx) }()
+	ready, hups := app.Ready(), (<-chan os.Signal)(nil)
+	for {
+		select {
+		case <-ready:
+			ready, hups = nil, hup
+		case <-hups:
+			log.Info("SIGHUP: reloading", zap.String("file", cfg.Path))
+			_ = app.ReloadFile() // it logs and counts its errors
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("xlb run: %w", err)
+			}
+			return nil
+		}
+	}
 }
 
 // newLogger logs JSON lines (zap's production encoding, ISO 8601 times) to
@@ -77,7 +94,3 @@ func newLogger(w io.Writer, level zapcore.Level) *zap.Logger {
 	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), sink, level)
 	return zap.New(core, zap.ErrorOutput(sink)).Named("xlb")
 }
-
-// shutdownGrace bounds how long the admin listener waits for requests in
-// flight when xlb stops.
-const shutdownGrace = 2 * time.Second

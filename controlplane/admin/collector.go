@@ -101,13 +101,14 @@ var (
 	}
 )
 
-// Collector exports the sources as Prometheus metrics, read when scraped.
+// Collector exports a source's status as Prometheus metrics, read when
+// scraped.
 type Collector struct {
-	src Sources
+	src Source
 }
 
 // NewCollector returns a collector of src.
-func NewCollector(src Sources) *Collector { return &Collector{src: src} }
+func NewCollector(src Source) *Collector { return &Collector{src: src} }
 
 // Describe sends every metric's description.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -116,9 +117,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect reads the sources once (Gather) and sends every metric.
+// Collect reads the source's status once and sends every metric.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	r := Gather(c.src)
+	r := c.src.Status()
 	send := func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels []string) {
 		m, err := prometheus.NewConstMetric(d, t, v, labels...)
 		if err != nil {
@@ -192,17 +193,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-	var switches map[string][2]uint64
-	if sw, ok := c.src.(Switches); ok {
-		switches = sw.FailoverSwitches()
-	}
 	for i := range r.Services {
 		s := &r.Services[i]
-		if switches != nil {
-			n := switches[s.Name]
-			counter(descSvcSwitches, n[0], s.Name, "failover")
-			counter(descSvcSwitches, n[1], s.Name, "primary")
-		}
+		counter(descSvcSwitches, s.FailoverSwitches[0], s.Name, "failover")
+		counter(descSvcSwitches, s.FailoverSwitches[1], s.Name, "primary")
 		counter(descSvcPackets, s.ForwardedPackets, s.Name)
 		counter(descSvcBytes, s.ForwardedBytes, s.Name)
 		counter(descSvcNew, s.NewConnections, s.Name)

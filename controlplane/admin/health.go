@@ -58,14 +58,3 @@ func (h *HealthMetrics) Collect(ch chan<- prometheus.Metric) {
 	h.duration.Collect(ch)
 	h.total.Collect(ch)
 }
-
-// Health is a source that probes backends: its metrics are exported.
-type Health interface {
-	HealthMetrics() *HealthMetrics
-}
-
-// Switches is a source whose control plane counts failover switches per
-// service: [0] to failover, [1] back to primary.
-type Switches interface {
-	FailoverSwitches() map[string][2]uint64
-}

@@ -126,7 +126,7 @@ func TestW1a_WeightFallbackExported(t *testing.T) {
 				t.Errorf("%s: %s = %v (present %v), want %v", step, k, got, ok, v)
 			}
 		}
-		rep := admin.Gather(src)
+		rep := src.Status()
 		if got := rep.Services[0].WeightFallback; !slices.Equal(got, fallback) {
 			t.Errorf("%s: /status weight_fallback %q, want %q", step, got, fallback)
 		}

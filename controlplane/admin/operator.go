@@ -8,23 +8,9 @@ import (
 	"net/netip"
 )
 
-// ErrUnknownBackend is what an Operator returns for a name that is no
-// current backend; the listener answers 404.
+// ErrUnknownBackend is what a Source's Drain and Undrain return for a name
+// that is no current backend; the listener answers 404.
 var ErrUnknownBackend = errors.New("unknown backend")
-
-// Operator is what a source adds to let an operator drain a backend
-// without editing the file (optional: POST /drain and /undrain answer 501
-// without it). Name is an endpoint's name or address.
-type Operator interface {
-	Drain(name string) error
-	Undrain(name string) error
-}
-
-// Reloads is what a source that reloads its configuration adds (optional):
-// its counters go to /metrics, its last reload to /status.
-type Reloads interface {
-	Reloads() ReloadReport
-}
 
 // ReloadReport counts configuration reloads since start.
 type ReloadReport struct {
@@ -50,15 +36,10 @@ type LastReload struct {
 
 // operate serves POST /drain and /undrain: only to loopback clients, since
 // the listener has no authentication and may listen on the network.
-func operate(src Sources, undrain bool) http.HandlerFunc {
+func operate(src Source, undrain bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
 		if !fromLoopback(req.RemoteAddr) {
 			http.Error(w, "drain and undrain are accepted from loopback clients only", http.StatusForbidden)
-			return
-		}
-		op, ok := src.(Operator)
-		if !ok {
-			http.Error(w, "this listener cannot drain backends", http.StatusNotImplemented)
 			return
 		}
 		name := req.URL.Query().Get("backend")
@@ -66,9 +47,9 @@ func operate(src Sources, undrain bool) http.HandlerFunc {
 			http.Error(w, "missing ?backend=NAME", http.StatusBadRequest)
 			return
 		}
-		verb, fn := "drained", op.Drain
+		verb, fn := "drained", src.Drain
 		if undrain {
-			verb, fn = "undrained", op.Undrain
+			verb, fn = "undrained", src.Undrain
 		}
 		if err := fn(name); err != nil {
 			code := http.StatusInternalServerError

@@ -72,7 +72,7 @@ func TestDrainEndpoints(t *testing.T) {
 // reload is in /status.
 func TestReloadReport(t *testing.T) {
 	_, src := newRig(t)
-	src.reloads = admin.ReloadReport{Success: 2, Failure: 1,
+	src.reloads = &admin.ReloadReport{Success: 2, Failure: 1,
 		Last: &admin.LastReload{At: "2026-01-01T00:00:00Z", Errors: []string{"bad"}}}
 	base := startServer(t, src)
 	vals, _ := scrape(t, base)

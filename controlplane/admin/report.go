@@ -14,14 +14,14 @@ type Report struct {
 	Generation uint64 `json:"generation"`
 	// NowMs is the control plane's clock, the clock of DrainUntilMs.
 	NowMs     int64            `json:"now_ms"`
-	Runtime   map[string]any   `json:"runtime,omitempty"`
+	Runtime   *Runtime         `json:"runtime,omitempty"`
 	Conntrack *ConntrackReport `json:"conntrack,omitempty"`
 	Queues    []QueueReport    `json:"queues"`
 	Services  []ServiceReport  `json:"services"`
 	// Orphans are backends still draining from a service that left the
 	// configuration.
 	Orphans []BackendReport `json:"orphans,omitempty"`
-	// Reloads and LastReload: from a source that reloads (Reloads).
+	// Reloads and LastReload: from a source that reloads its configuration.
 	Reloads    *ReloadReport `json:"reloads,omitempty"`
 	LastReload *LastReload   `json:"last_reload,omitempty"`
 }
@@ -72,6 +72,9 @@ type ServiceReport struct {
 	NewConnections   uint64          `json:"new_connections"`
 	Drops            Drops           `json:"drops"`
 	Backends         []BackendReport `json:"backends"`
+	// FailoverSwitches: switches to the failover side [0] and back to
+	// primary [1]; exported to /metrics only.
+	FailoverSwitches [2]uint64 `json:"-"`
 }
 
 // BackendReport is one backend: current members in configuration order,
@@ -105,12 +108,12 @@ type BackendReport struct {
 	NewConnections   uint64 `json:"new_connections"`
 }
 
-// Gather reads the sources once and builds a report. It allocates; it is
-// for requests, never for the hot path.
-func Gather(src Sources) *Report {
-	snap, workers, now := src.Snapshot(), src.Workers(), src.Now()
-	r := &Report{NowMs: now, Runtime: src.Info(), Queues: queues(workers), Services: []ServiceReport{}}
-	if ct := src.Conntrack(); ct != nil {
+// Gather builds a report from what in holds, reading the counters once.
+// It allocates; it is for requests, never for the hot path.
+func Gather(in Inputs) *Report {
+	snap, workers, now := in.Snapshot, in.Workers, in.Now
+	r := &Report{NowMs: now, Runtime: in.Runtime, Queues: queues(workers), Services: []ServiceReport{}}
+	if ct := in.Conntrack; ct != nil {
 		st, n, c := ct.Stats(), ct.Len(), ct.Capacity()
 		r.Conntrack = &ConntrackReport{Entries: n, Capacity: c, Inserts: st.Inserts, Updates: st.Updates,
 			Evictions: st.Evictions, Reclaimed: st.Reclaimed, Deletes: st.Deletes}
@@ -118,9 +121,8 @@ func Gather(src Sources) *Report {
 			r.Conntrack.Occupancy = float64(n) / float64(c)
 		}
 	}
-	if rl, ok := src.(Reloads); ok {
-		rr := rl.Reloads()
-		r.Reloads, r.LastReload = &rr, rr.Last
+	if rr := in.Reloads; rr != nil {
+		r.Reloads, r.LastReload = rr, rr.Last
 	}
 	if snap == nil {
 		return r
@@ -153,7 +155,9 @@ func Gather(src Sources) *Report {
 	}
 	for _, svc := range snap.Services {
 		if svc != nil {
-			r.Services = append(r.Services, service(snap, svc, bySvc[svc.ID], workers, now))
+			sr := service(snap, svc, bySvc[svc.ID], workers, now)
+			sr.FailoverSwitches = in.Switches[svc.Name]
+			r.Services = append(r.Services, sr)
 		}
 	}
 	return r

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -48,20 +49,15 @@ var rigToml = func() string {
 type rigSources struct {
 	rig     *cptest.Rig
 	workers []admin.QueueStats
-	info    map[string]any
-	reloads admin.ReloadReport
+	runtime *admin.Runtime
+	reloads *admin.ReloadReport
 	health  *admin.HealthMetrics
 }
 
-func (s *rigSources) HealthMetrics() *admin.HealthMetrics    { return s.health }
-func (s *rigSources) FailoverSwitches() map[string][2]uint64 { return s.rig.CP.FailoverSwitches() }
-
-func (s *rigSources) Snapshot() *dataplane.Snapshot { return s.rig.CP.Snapshot() }
-func (s *rigSources) Workers() []admin.QueueStats   { return s.workers }
-func (s *rigSources) Conntrack() *conntrack.Table   { return s.rig.Conntrack() }
-func (s *rigSources) Now() int64                    { return s.rig.Now }
-func (s *rigSources) Info() map[string]any          { return s.info }
-func (s *rigSources) Reloads() admin.ReloadReport   { return s.reloads }
+func (s *rigSources) Status() *admin.Report {
+	return admin.Gather(admin.Inputs{Snapshot: s.rig.CP.Snapshot(), Workers: s.workers, Conntrack: s.rig.Conntrack(),
+		Now: s.rig.Now, Switches: s.rig.CP.FailoverSwitches(), Reloads: s.reloads, Runtime: s.runtime})
+}
 
 // Drain and Undrain act on the rig's control plane at its clock, as `xlb
 // run` does on its own.
@@ -80,23 +76,24 @@ func newRig(t *testing.T) (*cptest.Rig, *rigSources) {
 	t.Helper()
 	r := cptest.New(t, rigToml)
 	return r, &rigSources{rig: r, workers: []admin.QueueStats{{Queue: 0, Stats: r.W.Stats()}},
-		info:   map[string]any{"interface": "xa0", "xdp_mode": "native", "bind_mode": "copy"},
-		health: admin.NewHealthMetrics()}
+		runtime: &admin.Runtime{Interface: "xa0", XDPMode: "native", Queues: []admin.QueueRuntime{{Queue: 0, BindMode: "copy"}}},
+		reloads: &admin.ReloadReport{}, health: admin.NewHealthMetrics()}
 }
 
-// fakeSources is a fixed set of sources (nil snapshot and table allowed).
+// fakeSources is a fixed state (nil snapshot and table allowed) that
+// cannot drain.
 type fakeSources struct {
 	snap    *dataplane.Snapshot
 	workers []admin.QueueStats
 	ct      *conntrack.Table
-	info    map[string]any
+	runtime *admin.Runtime
 }
 
-func (s *fakeSources) Snapshot() *dataplane.Snapshot { return s.snap }
-func (s *fakeSources) Workers() []admin.QueueStats   { return s.workers }
-func (s *fakeSources) Conntrack() *conntrack.Table   { return s.ct }
-func (s *fakeSources) Now() int64                    { return 0 }
-func (s *fakeSources) Info() map[string]any          { return s.info }
+func (s *fakeSources) Status() *admin.Report {
+	return admin.Gather(admin.Inputs{Snapshot: s.snap, Workers: s.workers, Conntrack: s.ct, Runtime: s.runtime})
+}
+func (s *fakeSources) Drain(string) error   { return errors.New("cannot drain") }
+func (s *fakeSources) Undrain(string) error { return errors.New("cannot drain") }
 
 // frame builds p into a Frame with headroom.
 func frame(t testing.TB, p craft.Packet) dataplane.Frame {
@@ -155,9 +152,13 @@ func process(t *testing.T, r *cptest.Rig, w *dataplane.Worker, tally *sent, ps .
 }
 
 // startServer starts a server on a loopback port and returns its base URL.
-func startServer(t *testing.T, src admin.Sources) string {
+func startServer(t *testing.T, src admin.Source) string {
 	t.Helper()
-	s, err := admin.New("127.0.0.1:0", src, zap.NewNop())
+	var extra []prometheus.Collector
+	if rs, ok := src.(*rigSources); ok && rs.health != nil {
+		extra = append(extra, rs.health)
+	}
+	s, err := admin.New("127.0.0.1:0", src, zap.NewNop(), extra...)
 	if err != nil {
 		t.Fatal(err)
 	}

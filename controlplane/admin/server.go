@@ -38,10 +38,11 @@ type Server struct {
 
 // New prepares a server on listen (host:port) reading src; it listens
 // only from Start. An address that is not loopback is allowed, with a
-// warning: the endpoints carry no authentication.
-func New(listen string, src Sources, log *zap.Logger) (*Server, error) {
+// warning: the endpoints carry no authentication. Extra collectors are further
+// metrics exported as they are (the health checks' HealthMetrics).
+func New(listen string, src Source, log *zap.Logger, extra ...prometheus.Collector) (*Server, error) {
 	if src == nil {
-		return nil, errors.New("admin: no sources")
+		return nil, errors.New("admin: no source")
 	}
 	if log == nil {
 		log = zap.NewNop()
@@ -56,14 +57,11 @@ func New(listen string, src Sources, log *zap.Logger) (*Server, error) {
 	}
 
 	reg := prometheus.NewRegistry()
-	cs := []prometheus.Collector{
+	cs := append([]prometheus.Collector{
 		NewCollector(src),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	}
-	if h, ok := src.(Health); ok && h.HealthMetrics() != nil {
-		cs = append(cs, h.HealthMetrics())
-	}
+	}, extra...)
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("admin: registering metrics: %w", err)
@@ -77,9 +75,9 @@ func New(listen string, src Sources, log *zap.Logger) (*Server, error) {
 		Registry:      reg,
 	}))
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
-		b, err := json.MarshalIndent(Gather(src), "", "  ")
+		b, err := json.MarshalIndent(src.Status(), "", "  ")
 		if err != nil {
-			// Only Info's values can fail to encode.
+			// Only a value JSON has no form for (a NaN latency) fails.
 			log.Error("encoding /status", zap.Error(err))
 			http.Error(w, "encoding status: "+err.Error(), http.StatusInternalServerError)
 			return

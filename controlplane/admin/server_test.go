@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -125,10 +126,12 @@ func TestServerLifecycle(t *testing.T) {
 
 // TestBadValues: a label value that is not UTF-8 costs only its own
 // metrics (the scrape still answers 200), and run-time information that
-// cannot be encoded makes /status a 500, not a panic or a blank 200.
+// cannot be encoded (a NaN latency) makes /status a 500, not a panic or a
+// blank 200.
 func TestBadValues(t *testing.T) {
 	snap := &dataplane.Snapshot{Gen: 7, Services: []*dataplane.Service{{ID: 0, Name: "bad\xff"}, {ID: 1, Name: "good"}}}
-	src := &fakeSources{snap: snap, info: map[string]any{"f": func() {}}}
+	nan := math.NaN()
+	src := &fakeSources{snap: snap, runtime: &admin.Runtime{HealthChecks: []admin.HealthCheckStatus{{LatencyMs: &nan}}}}
 	base := startServer(t, src)
 	got, _ := scrape(t, base)
 	expect(t, got, map[string]float64{`xlb_snapshot_generation{}`: 7, `xlb_service_side{service="good"}`: 0})

@@ -5,22 +5,39 @@ import (
 	"xlb/dataplane"
 )
 
-// Sources is what the admin listener reads, each time it serves a request.
-// Every method may be called from any goroutine, concurrently with the
-// workers and the control plane.
-type Sources interface {
+// Source is what the listener serves: the state of whatever it sits in
+// front of (the appliance, a test rig), read at each request, and the
+// operator's drain. Every method may be called from any goroutine,
+// concurrently with the workers and the control plane.
+type Source interface {
+	// Status is the state at this instant: what /status serves and
+	// /metrics exports (Gather builds most of it).
+	Status() *Report
+	// Drain and Undrain take a backend (an endpoint's name or address) out
+	// of service and back (POST /drain, /undrain); a name that is no
+	// current backend is ErrUnknownBackend.
+	Drain(name string) error
+	Undrain(name string) error
+}
+
+// Inputs are what Gather reads, once per request.
+type Inputs struct {
 	// Snapshot is the current published snapshot (nil before the first).
-	Snapshot() *dataplane.Snapshot
+	Snapshot *dataplane.Snapshot
 	// Workers are the running workers with their rx queue numbers.
-	Workers() []QueueStats
+	Workers []QueueStats
 	// Conntrack is the shared tracking table (nil when there is none).
-	Conntrack() *conntrack.Table
+	Conntrack *conntrack.Table
 	// Now is the control plane's clock in ms, the clock that
 	// dataplane.Backend.DrainUntil is on.
-	Now() int64
-	// Info is run-time information shown as is under "runtime" in /status:
-	// interface, XDP mode, bind mode, queues... (nil for none).
-	Info() map[string]any
+	Now int64
+	// Switches counts each service's failover switches: [0] to failover,
+	// [1] back to primary (nil: none counted).
+	Switches map[string][2]uint64
+	// Reloads, from a source that reloads its configuration (nil: none).
+	Reloads *ReloadReport
+	// Runtime is served as is under "runtime" (nil: left out).
+	Runtime *Runtime
 }
 
 // QueueStats is one worker's counters and the rx queue it serves.

@@ -22,8 +22,8 @@ func TestStatus(t *testing.T) {
 	if rep.Generation != r.CP.Snapshot().Gen || rep.Generation == 0 {
 		t.Errorf("generation %d, want %d", rep.Generation, r.CP.Snapshot().Gen)
 	}
-	if rep.Runtime["interface"] != "xa0" || rep.Runtime["bind_mode"] != "copy" || rep.Runtime["xdp_mode"] != "native" {
-		t.Errorf("runtime %v", rep.Runtime)
+	if rt := rep.Runtime; rt == nil || rt.Interface != "xa0" || rt.XDPMode != "native" || len(rt.Queues) != 1 || rt.Queues[0].BindMode != "copy" {
+		t.Errorf("runtime %+v", rep.Runtime)
 	}
 	ct := rep.Conntrack
 	if ct == nil || ct.Entries != 10 || ct.Inserts != 10 || ct.Capacity != r.Conntrack().Capacity() ||

@@ -1,4 +1,4 @@
-package main
+package appliance
 
 import (
 	"errors"
@@ -14,23 +14,37 @@ import (
 	"xlb/config"
 	"xlb/controlplane"
 	"xlb/controlplane/admin"
-	"xlb/controlplane/neigh"
 	"xlb/healthcheck"
 )
 
-// errRestart marks a reload that changes what only a restart can apply.
-var errRestart = errors.New("restart required")
+// ErrRestart marks a reload that changes what only a restart can apply:
+// a [dataplane] or [admin] setting.
+var ErrRestart = errors.New("restart required")
 
-// reloader applies a new configuration file on SIGHUP (X2). Its parts are
-// interfaces so that the order of the steps can be tested without root.
-type reloader struct {
-	path  string
-	vips  interface{ SetVIPs([]netip.Addr) error }
-	neigh interface{ Want([]neigh.Target) }
-	hc    interface {
+// What a reload changes, each behind the one method it needs, so that a
+// test drives a reload with fakes and without root.
+type (
+	// vipSetter is the XDP program's VIP map.
+	vipSetter interface{ SetVIPs([]netip.Addr) error }
+	// neighbourWants is the resolver: the backends whose MACs to keep.
+	neighbourWants interface{ Want(cfg *config.Config) }
+	// healthTargetSetter is the checker: the targets to probe.
+	healthTargetSetter interface {
 		Set([]healthcheck.Target) error
 	}
-	cp    *controlplane.ControlPlane
+	// configApplier is the control plane.
+	configApplier interface {
+		Apply(cfg *config.Config, now int64) (controlplane.Diff, error)
+	}
+)
+
+// reloader applies a new configuration (X2) and keeps the count and the
+// outcome of every attempt.
+type reloader struct {
+	vips  vipSetter
+	neigh neighbourWants
+	hc    healthTargetSetter
+	cp    configApplier
 	feeds *atomic.Pointer[map[string][]healthFeed]
 	now   func() int64
 	log   *zap.Logger
@@ -41,30 +55,39 @@ type reloader struct {
 	last     *admin.LastReload
 }
 
-// reload loads and validates the file, then applies it: VIPs added to the
-// XDP program's map first (so traffic for them is steered once the
-// control plane has them), neighbours and health checks of the new
-// backends, the control plane as one atomic step (kept backends keep their
-// refs and flows, removed ones drain per M5), then the VIPs that left.
-// Any error leaves the running configuration as it was.
-func (r *reloader) reload() error {
+// reloadFile reloads the file the running configuration came from.
+func (r *reloader) reloadFile() error {
+	r.mu.Lock()
+	path := r.cur.Path
+	r.mu.Unlock()
+	return r.reload(path, func() (*config.Config, error) { return config.Load(path) })
+}
+
+// reload takes the configuration from load (an error counts as a failed
+// reload), then applies it: VIPs added to the XDP program's map first (so
+// traffic for them is steered once the control plane has them),
+// neighbours and health checks of the new backends, the control plane as
+// one atomic step (kept backends keep their refs and flows, removed ones
+// drain per M5), then the VIPs that left. Any error leaves the running
+// configuration as it was.
+func (r *reloader) reload(file string, load func() (*config.Config, error)) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	err := r.apply()
+	err := r.apply(load)
 	if err != nil {
 		r.fail++
 		var errs []string
 		for _, e := range flatten(err) {
 			errs = append(errs, e.Error())
-			r.log.Error("reload rejected: the running configuration stays", zap.String("file", r.path), zap.Error(e))
+			r.log.Error("reload rejected: the running configuration stays", zap.String("file", file), zap.Error(e))
 		}
 		r.last = &admin.LastReload{At: time.Now().UTC().Format(time.RFC3339Nano), Errors: errs}
 	}
 	return err
 }
 
-func (r *reloader) apply() error {
-	cfg, err := config.Load(r.path)
+func (r *reloader) apply(load func() (*config.Config, error)) error {
+	cfg, err := load()
 	if err != nil {
 		return err
 	}
@@ -78,10 +101,10 @@ func (r *reloader) apply() error {
 	if err := r.vips.SetVIPs(union(oldVIPs, newVIPs)); err != nil {
 		return fmt.Errorf("setting the VIPs: %w", err)
 	}
-	r.neigh.Want(neigh.TargetsOf(cfg))
+	r.neigh.Want(cfg)
 	targets, feeds := healthTargets(cfg)
 	if err := r.hc.Set(targets); err != nil {
-		r.neigh.Want(neigh.TargetsOf(r.cur))
+		r.neigh.Want(r.cur)
 		_ = r.vips.SetVIPs(oldVIPs)
 		return err
 	}
@@ -93,7 +116,7 @@ func (r *reloader) apply() error {
 		// Put everything back as it was.
 		oldTargets, _ := healthTargets(r.cur)
 		_ = r.hc.Set(oldTargets)
-		r.neigh.Want(neigh.TargetsOf(r.cur))
+		r.neigh.Want(r.cur)
 		_ = r.vips.SetVIPs(oldVIPs)
 		return fmt.Errorf("control plane: %w", err)
 	}
@@ -109,7 +132,7 @@ func (r *reloader) apply() error {
 	r.last = &admin.LastReload{At: at.UTC().Format(time.RFC3339Nano), OK: true,
 		ServicesAdded: d.ServicesAdded, ServicesRemoved: d.ServicesRemoved,
 		BackendsAdded: d.BackendsAdded, BackendsRemoved: d.BackendsRemoved, BackendsKept: d.BackendsKept}
-	r.log.Info("configuration reloaded", zap.String("file", r.path),
+	r.log.Info("configuration reloaded", zap.String("file", cfg.Path),
 		zap.Strings("services_added", d.ServicesAdded), zap.Strings("services_removed", d.ServicesRemoved),
 		zap.Strings("backends_added", d.BackendsAdded), zap.Strings("backends_removed", d.BackendsRemoved),
 		zap.Int("backends_kept", d.BackendsKept), zap.Int("vips", len(newVIPs)))
@@ -117,10 +140,10 @@ func (r *reloader) apply() error {
 }
 
 // report is what /metrics and /status show.
-func (r *reloader) report() admin.ReloadReport {
+func (r *reloader) report() *admin.ReloadReport {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return admin.ReloadReport{Success: r.ok, Failure: r.fail, Last: r.last}
+	return &admin.ReloadReport{Success: r.ok, Failure: r.fail, Last: r.last}
 }
 
 // restartNeeded names every [dataplane] and [admin] setting that differs:
@@ -131,7 +154,7 @@ func restartNeeded(old, cfg *config.Config) error {
 	var errs []error
 	diff := func(field string, same bool) {
 		if !same {
-			errs = append(errs, fmt.Errorf("%s changed: %w (it is applied only at start)", field, errRestart))
+			errs = append(errs, fmt.Errorf("%s changed: %w (it is applied only at start)", field, ErrRestart))
 		}
 	}
 	diff("dataplane.interface", a.Interface == b.Interface)
@@ -144,6 +167,19 @@ func restartNeeded(old, cfg *config.Config) error {
 	diff("dataplane.conntrack_capacity", a.ConntrackCapacity == b.ConntrackCapacity)
 	diff("admin.listen", old.Admin.Listen == cfg.Admin.Listen)
 	return errors.Join(errs...)
+}
+
+// configVIPs lists the VIPs of the forwarding rules, each once.
+func configVIPs(cfg *config.Config) []netip.Addr {
+	var vips []netip.Addr
+	seen := map[netip.Addr]bool{}
+	for _, r := range cfg.Rules {
+		if !seen[r.VIP] {
+			seen[r.VIP] = true
+			vips = append(vips, r.VIP)
+		}
+	}
+	return vips
 }
 
 // union lists a's addresses, then b's that a lacks.

@@ -1,4 +1,4 @@
-package main
+package admin
 
 import (
 	"fmt"
@@ -6,13 +6,11 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-
-	"xlb/controlplane/admin"
 )
 
-// printStatus writes a report as two tables, services then backends, for
-// a person at a terminal (scripts read /status's JSON).
-func printStatus(w io.Writer, r *admin.Report) error {
+// WriteTables writes a report as two tables, services then backends, for
+// a person at a terminal (`xlb status`; scripts read /status's JSON).
+func WriteTables(w io.Writer, r *Report) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "generation %d", r.Generation)
 	if rl := r.Reloads; rl != nil {
@@ -29,11 +27,11 @@ func printStatus(w io.Writer, r *admin.Report) error {
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "SERVICE\tSIDE\tELIGIBLE\tWEIGHTS\tWHY")
 	for _, s := range r.Services {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", s.Name, s.Side, len(s.Eligible), weights(&s), s.Why)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", s.Name, s.Side, len(s.Eligible), weightsText(&s), s.Why)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "SERVICE\tBACKEND\tIP\tGROUP\tROLE\tHEALTH\tWEIGHT\tELIGIBLE\tSTATE\tPACKETS\tNEW CONNS")
-	row := func(svc string, b *admin.BackendReport) {
+	row := func(svc string, b *BackendReport) {
 		role, health, eligible := "primary", "unhealthy", "no"
 		if b.Failover {
 			role = "failover"
@@ -58,10 +56,10 @@ func printStatus(w io.Writer, r *admin.Report) error {
 	return tw.Flush()
 }
 
-// weights says how a service weighs its backends: "-" (not weighted),
+// weightsText says how a service weighs its backends: "-" (not weighted),
 // "reported" (W1), or "equal" with the backends that caused the fallback
 // (W1a).
-func weights(s *admin.ServiceReport) string {
+func weightsText(s *ServiceReport) string {
 	switch {
 	case !s.Weighted:
 		return "-"
@@ -73,7 +71,7 @@ func weights(s *admin.ServiceReport) string {
 
 // backendState is active, not-ready, draining (with the time left) or
 // removed.
-func backendState(b *admin.BackendReport, now int64) string {
+func backendState(b *BackendReport, now int64) string {
 	switch {
 	case b.Draining:
 		return "draining " + strconv.FormatFloat(float64(max(b.DrainUntilMs-now, 0))/1000, 'f', 1, 64) + "s"

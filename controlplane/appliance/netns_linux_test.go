@@ -1,4 +1,4 @@
-package main
+package appliance
 
 import (
 	"context"
@@ -8,62 +8,34 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"xlb/internal/nettest"
 )
 
 // runNS is a throwaway network namespace "xrt<pid>-<n>" holding a veth
 // pair: xrt-b, where `xlb run` attaches, and xrt-p, the peer that sends
 // frames to it and captures what xlb sends back. Removed with the test.
 type runNS struct {
-	name         string
-	h            netns.NsHandle
+	*nettest.NS
 	bName, pName string
 	bMAC, pMAC   net.HardwareAddr
 	b, p         int // ifindexes
 }
 
-var runNSSeq atomic.Int32
-
-// requireRoot skips a test that needs root: namespaces, XDP, AF_XDP. CI
-// runs as root.
-func requireRoot(tb testing.TB) {
-	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("needs root (network namespaces, XDP, AF_XDP); CI runs as root")
-	}
-}
-
 func newRunNS(tb testing.TB) *runNS {
 	tb.Helper()
-	requireRoot(tb)
 	n := &runNS{
-		name:  fmt.Sprintf("xrt%d-%d", os.Getpid(), runNSSeq.Add(1)),
+		NS:    nettest.NewNS(tb, nettest.UniqueName("xrt")),
 		bName: "xrt-b", pName: "xrt-p",
 		bMAC: net.HardwareAddr{0x02, 0x7e, 0, 0, 0, 0x0b},
 		pMAC: net.HardwareAddr{0x02, 0x7e, 0, 0, 0, 0x0c},
 	}
-	err := onLockedThread(func() error {
-		h, err := netns.NewNamed(n.name) // moves this thread into it
-		n.h = h
-		return err
-	})
-	if err != nil {
-		tb.Fatalf("creating netns %s: %v", n.name, err)
-	}
-	tb.Cleanup(func() {
-		n.h.Close()
-		if err := netns.DeleteNamed(n.name); err != nil {
-			tb.Errorf("deleting netns %s: %v", n.name, err)
-		}
-	})
-	err = n.do(func() error {
+	err := n.Do(func() error {
 		// No IPv6: the kernel then sends nothing on the links by itself.
 		for _, p := range []string{"default", "all"} {
 			f := "/proc/sys/net/ipv6/conf/" + p + "/disable_ipv6"
@@ -106,50 +78,15 @@ func newRunNS(tb testing.TB) *runNS {
 		return nil
 	})
 	if err != nil {
-		tb.Fatalf("setting up %s: %v", n.name, err)
+		tb.Fatalf("setting up %s: %v", n.Name, err)
 	}
 	return n
-}
-
-// onLockedThread runs fn on a locked OS thread and puts the thread back in
-// its namespace afterwards; if that fails the thread stays locked and dies
-// with the goroutine, so no other goroutine runs in the wrong namespace.
-func onLockedThread(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("returning to the original netns: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
-
-// do runs fn inside the namespace: sockets and links it creates, and
-// processes it starts, belong to it.
-func (n *runNS) do(fn func() error) error {
-	return onLockedThread(func() error {
-		if err := netns.Set(n.h); err != nil {
-			return fmt.Errorf("entering netns %s: %w", n.name, err)
-		}
-		return fn()
-	})
 }
 
 // start starts cmd inside the namespace (a child inherits the network
 // namespace of the thread that forks it).
 func (n *runNS) start(cmd *exec.Cmd) error {
-	return n.do(cmd.Start)
+	return n.Do(cmd.Start)
 }
 
 // httpClient dials inside the namespace, where xlb's admin listener is.
@@ -160,7 +97,7 @@ func (n *runNS) httpClient() *http.Client {
 			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				var c net.Conn
-				err := n.do(func() (err error) {
+				err := n.Do(func() (err error) {
 					c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
 					return err
 				})
@@ -174,7 +111,7 @@ func (n *runNS) httpClient() *http.Client {
 func (n *runNS) xdpAttached(tb testing.TB) bool {
 	tb.Helper()
 	var attached bool
-	err := n.do(func() error {
+	err := n.Do(func() error {
 		l, err := netlink.LinkByName(n.bName)
 		if err != nil {
 			return err
@@ -199,13 +136,13 @@ type packetSocket struct {
 func (n *runNS) packetSocket(tb testing.TB) *packetSocket {
 	tb.Helper()
 	var fd int
-	err := n.do(func() error {
+	err := n.Do(func() error {
 		var err error
-		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(nettest.Htons(unix.ETH_P_ALL)))
 		if err != nil {
 			return err
 		}
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: n.p})
+		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: nettest.Htons(unix.ETH_P_ALL), Ifindex: n.p})
 	})
 	if err != nil {
 		if fd > 0 {
@@ -248,5 +185,3 @@ func (s *packetSocket) recv(d time.Duration) ([]byte, error) {
 		return append([]byte(nil), buf[:n]...), nil
 	}
 }
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }

@@ -1,4 +1,4 @@
-package main
+package appliance
 
 import (
 	"maps"
@@ -147,7 +147,7 @@ func TestRunHealth_Reports(t *testing.T) {
 		t.Fatal(err)
 	}
 	hm := admin.NewHealthMetrics()
-	apply := healthApplier(cp, func() map[string][]healthFeed { return feeds }, func() int64 { return 1 }, hm, zap.NewNop())
+	apply := healthApplier(cp, func() map[string][]healthFeed { return feeds }, func() int64 { return 1 }, hm, nil, zap.NewNop())
 	apply([]healthcheck.Result{
 		{Key: "hc/10.0.0.1", Healthy: true, Weight: 5, WeightState: healthcheck.WeightValid, Pass: true, Latency: time.Millisecond},
 		{Key: "tcp/10.0.0.1", Healthy: false, Latency: time.Second},
@@ -192,4 +192,51 @@ func probeCounts(t *testing.T, hm *admin.HealthMetrics) map[string]float64 {
 		out[l["check"]+"/"+l["result"]] = pb.Counter.GetValue()
 	}
 	return out
+}
+
+// TestRunHealth_FirstRound: HealthChecked's channel closes once every
+// target has a result applied, whatever the verdicts and however the
+// results are batched, and not before; with no target it is closed from
+// the start. Results for targets it never had (a reload's) change nothing.
+func TestRunHealth_FirstRound(t *testing.T) {
+	cfg, err := config.Parse("h.toml", []byte(healthConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets, feeds := healthTargets(cfg)
+	cp, err := controlplane.New(cfg, nil, controlplane.Options{InitialWeight: initialWeight}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	round := newFirstRound(targets)
+	apply := healthApplier(cp, func() map[string][]healthFeed { return feeds }, func() int64 { return 1 }, nil, round, zap.NewNop())
+	closed := func() bool {
+		select {
+		case <-round.done:
+			return true
+		default:
+			return false
+		}
+	}
+	apply([]healthcheck.Result{{Key: "hc/10.0.0.1", Healthy: true}, {Key: "hc/10.0.0.9"}})
+	apply([]healthcheck.Result{{Key: "hc/10.0.0.1", Healthy: false}})
+	if closed() {
+		t.Fatal("closed with hc/10.0.0.2 and tcp/10.0.0.1 still unprobed")
+	}
+	apply([]healthcheck.Result{{Key: "hc/10.0.0.2"}, {Key: "tcp/10.0.0.1"}})
+	if !closed() {
+		t.Fatal("still open after every target reported")
+	}
+	apply([]healthcheck.Result{{Key: "tcp/10.0.0.1", Healthy: true}}) // no second close
+	if empty := newFirstRound(nil); !func() bool { _, open := <-empty.done; return !open }() {
+		t.Error("no targets: not closed")
+	}
+	a := &Appliance{}
+	if a.HealthChecked() != nil {
+		t.Error("HealthChecked before Run is not nil")
+	}
+	a.checked.Store(round)
+	if a.HealthChecked() != round.done {
+		t.Error("HealthChecked is not the round's channel")
+	}
 }

@@ -1,8 +1,9 @@
-package main
+package appliance
 
 import (
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -80,11 +81,17 @@ func weightState(s healthcheck.WeightState) (controlplane.WeightState, bool) {
 	return 0, false
 }
 
+// reportApplier is the part of the control plane that health results
+// change.
+type reportApplier interface {
+	ApplyReports(rs []controlplane.Report, now int64) error
+}
+
 // healthApplier returns the checker's Notify: each batch of results is
 // recorded in hm (nil: not recorded) and applied to cp as one change, on
 // the data plane's clock, through the feeds of the running configuration
-// (a reload replaces them).
-func healthApplier(cp *controlplane.ControlPlane, feeds func() map[string][]healthFeed, now func() int64, hm *admin.HealthMetrics, log *zap.Logger) func([]healthcheck.Result) {
+// (a reload replaces them); then round (nil: none) hears of it.
+func healthApplier(cp reportApplier, feeds func() map[string][]healthFeed, now func() int64, hm *admin.HealthMetrics, round *firstRound, log *zap.Logger) func([]healthcheck.Result) {
 	return func(rs []healthcheck.Result) {
 		if hm != nil {
 			for _, r := range rs {
@@ -94,6 +101,7 @@ func healthApplier(cp *controlplane.ControlPlane, feeds func() map[string][]heal
 		if err := cp.ApplyReports(healthReports(rs, feeds()), now()); err != nil {
 			log.Warn("health results for unknown backends", zap.Error(err))
 		}
+		round.results(rs)
 	}
 }
 
@@ -106,30 +114,52 @@ func checkName(key string) string {
 	return key
 }
 
-// healthInfo is one target in /status's runtime.health_checks.
-type healthInfo struct {
-	Target   string   `json:"target"`
-	Check    string   `json:"check"`
-	Type     string   `json:"type"`
-	Address  string   `json:"address"`
-	Services []string `json:"services"`
-	Healthy  bool     `json:"healthy"`
-	Probes   uint64   `json:"probes"`
-	// The latest probe (absent before the first).
-	Pass        *bool    `json:"last_pass,omitempty"`
-	Reason      string   `json:"last_reason,omitempty"`
-	Weight      *uint32  `json:"last_weight,omitempty"`
-	WeightState string   `json:"last_weight_state,omitempty"`
-	LatencyMs   *float64 `json:"last_latency_ms,omitempty"`
-	At          string   `json:"last_at,omitempty"`
+// firstRound tells when every target the appliance started with has its
+// first result, applied: from then on the eligible sets rest on health
+// checks rather than on the initial state (what a route announcement
+// waits for).
+type firstRound struct {
+	mu      sync.Mutex
+	pending map[string]bool
+	done    chan struct{}
 }
 
-// healthStatus reports every target of hc.
-func healthStatus(hc *healthcheck.Checker, feeds map[string][]healthFeed) []healthInfo {
-	st := hc.Status()
-	out := make([]healthInfo, len(st))
+func newFirstRound(targets []healthcheck.Target) *firstRound {
+	r := &firstRound{pending: map[string]bool{}, done: make(chan struct{})}
+	for _, t := range targets {
+		r.pending[t.Key] = true
+	}
+	if len(r.pending) == 0 {
+		close(r.done)
+	}
+	return r
+}
+
+// results crosses off the targets of rs; nil r does nothing.
+func (r *firstRound) results(rs []healthcheck.Result) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending == nil {
+		return // closed already
+	}
+	for _, res := range rs {
+		delete(r.pending, res.Key)
+	}
+	if len(r.pending) == 0 {
+		r.pending = nil
+		close(r.done)
+	}
+}
+
+// healthStatus reports every target of a checker's status, with the
+// services each speaks for.
+func healthStatus(st []healthcheck.Status, feeds map[string][]healthFeed) []admin.HealthCheckStatus {
+	out := make([]admin.HealthCheckStatus, len(st))
 	for i, s := range st {
-		hi := healthInfo{
+		hi := admin.HealthCheckStatus{
 			Target: s.Key, Check: s.Check.Name, Type: s.Check.Type.String(),
 			Address:  netip.AddrPortFrom(s.Addr, uint16(s.Check.Port)).String(),
 			Services: []string{}, Healthy: s.Healthy, Probes: s.Probes,

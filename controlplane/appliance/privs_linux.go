@@ -1,4 +1,4 @@
-package main
+package appliance
 
 import (
 	"bufio"
@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Capabilities `xlb run` needs (linux/capability.h numbers).
+// Capabilities the appliance needs (linux/capability.h numbers).
 const (
 	capNetAdmin = 12 // attach XDP, netlink neighbour requests
 	capNetRaw   = 13 // create AF_XDP sockets
@@ -21,8 +21,9 @@ const (
 
 var capNames = map[int]string{capNetAdmin: "CAP_NET_ADMIN", capNetRaw: "CAP_NET_RAW", capBPF: "CAP_BPF"}
 
-// privilegesHint is the one line `xlb run` prints when it lacks them.
-const privilegesHint = "xlb run needs root (or CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF) to attach XDP and open AF_XDP sockets"
+// privilegesHint says what the appliance needs when it lacks it; `xlb run`
+// prints it after its own name.
+const privilegesHint = "needs root (or CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF) to attach XDP and open AF_XDP sockets"
 
 // checkPrivileges fails with one line when the process cannot attach XDP
 // and open AF_XDP sockets: not root and without the capabilities, or root
@@ -75,9 +76,9 @@ func effectiveCaps() (uint64, error) {
 // (an LSM, a seccomp filter) still reads as what it is.
 func privErr(step string, err error) error {
 	if errors.Is(err, unix.EPERM) {
-		return fmt.Errorf("xlb run: %s: operation not permitted: %s", step, privilegesHint)
+		return fmt.Errorf("%s: operation not permitted: %s", step, privilegesHint)
 	}
-	return fmt.Errorf("xlb run: %s: %s", step, oneLine(err))
+	return fmt.Errorf("%s: %s", step, oneLine(err))
 }
 
 // oneLine joins the lines of an error (errors.Join makes several) so that

@@ -1,4 +1,4 @@
-package main
+package appliance
 
 import (
 	"strings"
@@ -15,7 +15,7 @@ import (
 func TestRxQueueCount(t *testing.T) {
 	n := newRunNS(t)
 	var got int
-	err := n.do(func() error {
+	err := n.Do(func() error {
 		veth := &netlink.Veth{
 			LinkAttrs: netlink.LinkAttrs{Name: "xrt-q3", NumRxQueues: 3, NumTxQueues: 1},
 			PeerName:  "xrt-q3p", PeerNumRxQueues: 1, PeerNumTxQueues: 1,

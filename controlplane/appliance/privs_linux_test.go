@@ -1,4 +1,4 @@
-package main
+package appliance
 
 import (
 	"errors"
@@ -17,7 +17,7 @@ func TestPrivErr(t *testing.T) {
 	}
 	joined := errors.Join(errors.New("native: no"), errors.New("generic: no"))
 	got := privErr("attaching", joined).Error()
-	if strings.Contains(got, "\n") || !strings.Contains(got, "native: no; generic: no") || !strings.HasPrefix(got, "xlb run: attaching: ") {
+	if strings.Contains(got, "\n") || !strings.Contains(got, "native: no; generic: no") || !strings.HasPrefix(got, "attaching: ") {
 		t.Errorf("joined: %q, want one line with both", got)
 	}
 }

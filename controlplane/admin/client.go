@@ -1,0 +1,56 @@
+package admin
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// DefaultListen is [admin].listen's default, where a client looks when it
+// is told no other address.
+const DefaultListen = "127.0.0.1:9110"
+
+// callTimeout bounds one request of Call.
+const callTimeout = 5 * time.Second
+
+// DialAddr is the address a client on this host dials to reach a
+// listener on listen (host:port): an unspecified host (none, 0.0.0.0, ::)
+// listens on every interface, so it is reached on this host's loopback.
+func DialAddr(listen string) (string, error) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if ip != nil && ip.To4() == nil {
+			host = "::1"
+		}
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// Call sends one request to the listener at addr and returns the body of
+// a 200 answer; any other answer is an error with the listener's words.
+func Call(method, addr, path string) ([]byte, error) {
+	req, err := http.NewRequest(method, "http://"+addr+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := (&http.Client{Timeout: callTimeout}).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("admin listener %s: %w (is xlb running?)", addr, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("admin listener %s: %w", addr, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s", strings.TrimSpace(string(body)))
+	}
+	return body, nil
+}

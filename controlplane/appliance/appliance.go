@@ -1,0 +1,151 @@
+package appliance
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"xlb/config"
+	"xlb/conntrack"
+	"xlb/controlplane"
+	"xlb/controlplane/admin"
+)
+
+// ErrNotRunning is what Reload, Drain and Undrain return before Run has
+// started the appliance, or after it stopped.
+var ErrNotRunning = errors.New("appliance: not running")
+
+// initialWeight is every backend's weight until it reports one: 0, as for
+// a backend whose probes were never answered (W1a). While every backend of
+// a weighted service has it, they share equally (W1b).
+const initialWeight = 0
+
+// Appliance is one xlb forwarding traffic on one interface: New prepares
+// it, Run brings it up, serves and takes it down. Status, Reload, Drain
+// and Undrain may be called from any goroutine while it runs.
+type Appliance struct {
+	cfg    *config.Config
+	log    *zap.Logger
+	health *admin.HealthMetrics
+	ready  chan struct{}
+	// checked is the first health round (nil until Run makes it).
+	checked atomic.Pointer[firstRound]
+	cur     atomic.Pointer[running]
+}
+
+var _ admin.Source = (*Appliance)(nil)
+
+// running is what a started appliance serves from: set by Run once
+// everything is up, before the admin listener starts.
+type running struct {
+	cp      *controlplane.ControlPlane
+	ct      *conntrack.Table
+	workers []admin.QueueStats
+	now     func() int64
+	runtime func() *admin.Runtime
+	rl      *reloader
+}
+
+// New prepares an appliance for cfg, which must be valid for xlb run
+// (config.Config.ValidateForRun). It touches nothing on the host: Run
+// does. log nil logs nothing.
+func New(cfg *config.Config, log *zap.Logger) (*Appliance, error) {
+	if cfg == nil {
+		return nil, errors.New("appliance: no configuration")
+	}
+	if err := cfg.ValidateForRun(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Appliance{cfg: cfg, log: log, health: admin.NewHealthMetrics(), ready: make(chan struct{})}, nil
+}
+
+// Ready is closed once the XDP program is attached, every queue's worker
+// runs and the admin listener serves: from then on the appliance forwards
+// what reaches it, and Reload applies.
+func (a *Appliance) Ready() <-chan struct{} { return a.ready }
+
+// HealthChecked is closed once every health-check target of the starting
+// configuration has its first result applied (at once when there is none),
+// so that eligible sets follow health checks rather than the initial
+// state. It returns nil before Run has set up the health checks; a caller
+// waits on Ready first. With Ready, it is the point from which the VIPs
+// may be announced.
+func (a *Appliance) HealthChecked() <-chan struct{} {
+	if r := a.checked.Load(); r != nil {
+		return r.done
+	}
+	return nil
+}
+
+// Status is the appliance's state at this instant, what /status serves
+// (services, backends, conntrack, queues, reloads and the runtime: XDP
+// and sockets, health-check targets). Before Run is up it is empty.
+func (a *Appliance) Status() *admin.Report {
+	r := a.cur.Load()
+	if r == nil {
+		return admin.Gather(admin.Inputs{})
+	}
+	return admin.Gather(admin.Inputs{Snapshot: r.cp.Snapshot(), Workers: r.workers, Conntrack: r.ct, Now: r.now(),
+		Switches: r.cp.FailoverSwitches(), Reloads: r.rl.report(), Runtime: r.runtime()})
+}
+
+// Drain takes a backend (an endpoint's name or address) out of service:
+// no new connections, its tracked ones drain (M5). A name that is no
+// current backend is admin.ErrUnknownBackend.
+func (a *Appliance) Drain(name string) error {
+	r := a.cur.Load()
+	if r == nil {
+		return ErrNotRunning
+	}
+	return opErr(name, r.cp.Drain(name, r.now()))
+}
+
+// Undrain returns a drained backend to service.
+func (a *Appliance) Undrain(name string) error {
+	r := a.cur.Load()
+	if r == nil {
+		return ErrNotRunning
+	}
+	return opErr(name, r.cp.Undrain(name, r.now()))
+}
+
+func opErr(name string, err error) error {
+	if errors.Is(err, controlplane.ErrUnknownBackend) {
+		return fmt.Errorf("%w %q: no current endpoint has this name or address", admin.ErrUnknownBackend, name)
+	}
+	return err
+}
+
+// Reload applies cfg as one step (X2): see ReloadFile. An invalid cfg, or
+// one that changes [dataplane] or [admin] (ErrRestart), changes nothing
+// and counts as a failed reload.
+func (a *Appliance) Reload(cfg *config.Config) error {
+	r := a.cur.Load()
+	if r == nil {
+		return ErrNotRunning
+	}
+	if cfg == nil {
+		return errors.New("appliance: no configuration")
+	}
+	return r.rl.reload(cfg.Path, func() (*config.Config, error) { return cfg, nil })
+}
+
+// ReloadFile reads the file of the running configuration again and
+// applies it (the SIGHUP path, X2): VIPs added to the XDP program first,
+// neighbours, health checks, the control plane (unchanged backends keep
+// their flows, removed ones drain per M5), then stale VIPs removed. A file
+// that does not load or validate, or that changes [dataplane] or [admin],
+// changes nothing and counts as a failed reload; either way the outcome is
+// logged and shown in Status.
+func (a *Appliance) ReloadFile() error {
+	r := a.cur.Load()
+	if r == nil {
+		return ErrNotRunning
+	}
+	return r.rl.reloadFile()
+}

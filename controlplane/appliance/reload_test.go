@@ -1,0 +1,291 @@
+package appliance
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"xlb/config"
+	"xlb/controlplane"
+	"xlb/controlplane/admin"
+	"xlb/controlplane/cptest"
+	"xlb/healthcheck"
+)
+
+// ctlConfig: web has two primaries and a failover, one unnamed backend in
+// dns (the fixture shared with controlplane/admin and cmd/xlb).
+var ctlConfig = func() string {
+	b, err := os.ReadFile("../../testdata/config/two-services.toml")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
+
+const reloadDataplane = `
+[dataplane]
+interface = "eth0"
+`
+
+// reloadRig is a reloader on a cptest control plane whose XDP map,
+// resolver and checker are fakes that record each call, with what the
+// control plane had published at that moment.
+type reloadRig struct {
+	rig   *cptest.Rig
+	rl    *reloader
+	file  string
+	calls []string
+	// healthErr, when set, is what the checker's Set answers.
+	healthErr error
+}
+
+func (f *reloadRig) published() string {
+	var names []string
+	for _, b := range f.rig.CP.Snapshot().Backends {
+		if b != nil && !b.Removed {
+			names = append(names, b.Name)
+		}
+	}
+	slices.Sort(names)
+	return strings.Join(names, ",")
+}
+
+func (f *reloadRig) SetVIPs(vs []netip.Addr) error {
+	f.calls = append(f.calls, fmt.Sprintf("vips %v [%s]", vs, f.published()))
+	return nil
+}
+
+func (f *reloadRig) Want(cfg *config.Config) {
+	var ips []string
+	for _, s := range cfg.Services {
+		for _, g := range s.Groups {
+			for _, ep := range g.Endpoints {
+				ips = append(ips, ep.IP.String())
+			}
+		}
+	}
+	f.calls = append(f.calls, fmt.Sprintf("neigh %s [%s]", strings.Join(ips, " "), f.published()))
+}
+
+func (f *reloadRig) Set(ts []healthcheck.Target) error {
+	var keys []string
+	for _, t := range ts {
+		keys = append(keys, t.Key)
+	}
+	f.calls = append(f.calls, fmt.Sprintf("health %s [%s]", strings.Join(keys, " "), f.published()))
+	return f.healthErr
+}
+
+// refusingCP is a control plane that refuses every configuration.
+type refusingCP struct{}
+
+func (refusingCP) Apply(*config.Config, int64) (controlplane.Diff, error) {
+	return controlplane.Diff{}, errors.New("no room for another service")
+}
+
+func newReloadRig(t *testing.T) *reloadRig {
+	t.Helper()
+	text := ctlConfig + reloadDataplane
+	f := &reloadRig{rig: cptest.New(t, text), file: filepath.Join(t.TempDir(), "xlb.toml")}
+	f.write(t, text)
+	cur, err := config.Load(f.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, feeds := healthTargets(cur)
+	fp := &atomic.Pointer[map[string][]healthFeed]{}
+	fp.Store(&feeds)
+	f.rl = &reloader{vips: f, neigh: f, hc: f, cp: f.rig.CP, feeds: fp,
+		now: func() int64 { return f.rig.Now }, log: zap.NewNop(), cur: cur}
+	return f
+}
+
+func (f *reloadRig) write(t *testing.T, text string) {
+	t.Helper()
+	if err := os.WriteFile(f.file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestX2_ReloadOrder: the new VIP is in the XDP map before the control
+// plane has its rule, the old one leaves only after; neighbours and
+// health checks know the new backend before the control plane selects
+// it; kept backends keep their flows, the removed one drains; the diff
+// and the counters say so.
+func TestX2_ReloadOrder(t *testing.T) {
+	f := newReloadRig(t)
+	next := strings.Replace(ctlConfig, `{ name = "b2", ip = "10.0.1.2" }`, `{ name = "b3", ip = "10.0.1.3" }`, 1)
+	next = strings.ReplaceAll(next, `ip_address = "203.0.113.10"`, `ip_address = "203.0.113.20"`)
+	f.write(t, next+reloadDataplane)
+	if err := f.rl.reloadFile(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"vips [203.0.113.10 203.0.113.20] [10.0.4.1,b1,b2,f1]",
+		"neigh 10.0.1.1 10.0.1.3 10.0.3.1 10.0.4.1 [10.0.4.1,b1,b2,f1]",
+		"health hc/10.0.1.1 hc/10.0.1.3 hc/10.0.3.1 hc/10.0.4.1 [10.0.4.1,b1,b2,f1]",
+		"vips [203.0.113.20] [10.0.4.1,b1,b3,f1]",
+	}
+	if !slices.Equal(f.calls, want) {
+		t.Errorf("calls:\n%s\nwant:\n%s", strings.Join(f.calls, "\n"), strings.Join(want, "\n"))
+	}
+	rep := f.rl.report()
+	if rep.Success != 1 || rep.Failure != 0 || rep.Last == nil || !rep.Last.OK ||
+		!slices.Equal(rep.Last.BackendsAdded, []string{"b3"}) || !slices.Equal(rep.Last.BackendsRemoved, []string{"b2"}) || rep.Last.BackendsKept != 3 {
+		t.Errorf("report %+v last %+v", rep, rep.Last)
+	}
+	if fs := *f.rl.feeds.Load(); fs["hc/10.0.1.3"] == nil || fs["hc/10.0.1.2"] != nil {
+		t.Errorf("health feeds not replaced: %v", fs)
+	}
+}
+
+// TestX2_ReloadRejected: an invalid file, or a change of [dataplane] or
+// [admin], changes nothing, counts a failure and says why; the next good
+// file applies.
+func TestX2_ReloadRejected(t *testing.T) {
+	f := newReloadRig(t)
+	gen := f.rig.CP.Snapshot().Gen
+	for _, tc := range []struct {
+		name, text, want string
+	}{
+		{"invalid", strings.Replace(ctlConfig, `protocol = "TCP"`, `protocol = "SCTP"`, 1) + reloadDataplane, "SCTP"},
+		{"no interface", ctlConfig, "dataplane.interface"},
+		{"ring size", ctlConfig + reloadDataplane + "ring_size = 4096\n", "dataplane.ring_size changed: restart required"},
+		{"interface", ctlConfig + "[dataplane]\ninterface = \"eth1\"\n", "dataplane.interface changed: restart required"},
+		{"admin", ctlConfig + reloadDataplane + "[admin]\nlisten = \"127.0.0.1:9999\"\n", "admin.listen changed: restart required"},
+	} {
+		f.write(t, tc.text)
+		err := f.rl.reloadFile()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
+		}
+		if tc.name == "ring size" && !errors.Is(err, ErrRestart) {
+			t.Errorf("%s: not ErrRestart", tc.name)
+		}
+	}
+	if len(f.calls) != 0 || f.rig.CP.Snapshot().Gen != gen {
+		t.Errorf("a rejected reload changed something: calls %v, generation %d -> %d", f.calls, gen, f.rig.CP.Snapshot().Gen)
+	}
+	rep := f.rl.report()
+	if rep.Success != 0 || rep.Failure != 5 || rep.Last == nil || rep.Last.OK || len(rep.Last.Errors) == 0 {
+		t.Errorf("report %+v last %+v", rep, rep.Last)
+	}
+	f.write(t, ctlConfig+reloadDataplane)
+	if err := f.rl.reloadFile(); err != nil {
+		t.Fatal(err)
+	}
+	if rep := f.rl.report(); rep.Success != 1 || !rep.Last.OK {
+		t.Errorf("good file after bad ones: %+v", rep)
+	}
+}
+
+// TestX2_ReloadRollsBack: when the checker refuses the new targets, or the
+// control plane the new configuration, what was changed before is put
+// back (VIPs, neighbours, health targets), the running configuration and
+// the health feeds stay, and the failure is counted with its reason.
+func TestX2_ReloadRollsBack(t *testing.T) {
+	next := strings.Replace(ctlConfig, `{ name = "b2", ip = "10.0.1.2" }`, `{ name = "b3", ip = "10.0.1.3" }`, 1)
+	next = strings.ReplaceAll(next, `ip_address = "203.0.113.10"`, `ip_address = "203.0.113.20"`)
+	oldNeigh := "neigh 10.0.1.1 10.0.1.2 10.0.3.1 10.0.4.1 [10.0.4.1,b1,b2,f1]"
+	newNeigh := "neigh 10.0.1.1 10.0.1.3 10.0.3.1 10.0.4.1 [10.0.4.1,b1,b2,f1]"
+	newHealth := "health hc/10.0.1.1 hc/10.0.1.3 hc/10.0.3.1 hc/10.0.4.1 [10.0.4.1,b1,b2,f1]"
+	union := "vips [203.0.113.10 203.0.113.20] [10.0.4.1,b1,b2,f1]"
+	old := "vips [203.0.113.10] [10.0.4.1,b1,b2,f1]"
+	for _, tc := range []struct {
+		name  string
+		setup func(f *reloadRig)
+		want  []string
+		err   string
+	}{
+		{"checker refuses", func(f *reloadRig) { f.healthErr = errors.New("bad target") },
+			[]string{union, newNeigh, newHealth, oldNeigh, old}, "bad target"},
+		{"control plane refuses", func(f *reloadRig) { f.rl.cp = refusingCP{} },
+			[]string{union, newNeigh, newHealth, "health hc/10.0.1.1 hc/10.0.1.2 hc/10.0.3.1 hc/10.0.4.1 [10.0.4.1,b1,b2,f1]", oldNeigh, old},
+			"control plane: no room"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newReloadRig(t)
+			tc.setup(f)
+			feeds, cur, gen := f.rl.feeds.Load(), f.rl.cur, f.rig.CP.Snapshot().Gen
+			f.write(t, next+reloadDataplane)
+			if err := f.rl.reloadFile(); err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("reload: %v, want an error with %q", err, tc.err)
+			}
+			if !slices.Equal(f.calls, tc.want) {
+				t.Errorf("calls:\n%s\nwant:\n%s", strings.Join(f.calls, "\n"), strings.Join(tc.want, "\n"))
+			}
+			if f.rl.feeds.Load() != feeds || f.rl.cur != cur || f.rig.CP.Snapshot().Gen != gen {
+				t.Error("a refused reload replaced the feeds, the running configuration or the snapshot")
+			}
+			rep := f.rl.report()
+			if rep.Success != 0 || rep.Failure != 1 || rep.Last == nil || rep.Last.OK || len(rep.Last.Errors) != 1 ||
+				!strings.Contains(rep.Last.Errors[0], tc.err) {
+				t.Errorf("report %+v last %+v", rep, rep.Last)
+			}
+		})
+	}
+}
+
+// TestX2_ReloadOfAConfig: Reload applies a configuration given in memory
+// as ReloadFile applies the file; before Run it is ErrNotRunning and
+// counts nothing, as are Drain and Undrain, and Status is an empty report.
+func TestX2_ReloadOfAConfig(t *testing.T) {
+	f := newReloadRig(t)
+	cfg := cptest.Config(t, strings.Replace(ctlConfig, `{ name = "b2", ip = "10.0.1.2" }`, "", 1)+reloadDataplane)
+	a := &Appliance{log: zap.NewNop()}
+	a.cur.Store(&running{cp: f.rig.CP, rl: f.rl, now: func() int64 { return f.rig.Now }, runtime: func() *admin.Runtime { return nil }})
+	if err := a.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if rep := f.rl.report(); rep.Success != 1 || !slices.Equal(rep.Last.BackendsRemoved, []string{"b2"}) {
+		t.Errorf("report %+v last %+v, want b2 removed", rep, rep.Last)
+	}
+	bad := cptest.Config(t, ctlConfig) // no [dataplane] interface
+	if err := a.Reload(bad); err == nil || !strings.Contains(err.Error(), "dataplane.interface") {
+		t.Errorf("reload without an interface: %v", err)
+	}
+	if rep := f.rl.report(); rep.Failure != 1 {
+		t.Errorf("failures %d, want 1", rep.Failure)
+	}
+	// The operator's drain, on the same control plane (M5).
+	if err := a.Drain("nope"); !errors.Is(err, admin.ErrUnknownBackend) || !strings.Contains(err.Error(), `"nope"`) {
+		t.Errorf("drain of an unknown name: %v, want admin.ErrUnknownBackend naming it", err)
+	}
+	if err := a.Drain("b1"); err != nil {
+		t.Fatal(err)
+	}
+	drained := slices.ContainsFunc(a.Status().Services[0].Backends, func(b admin.BackendReport) bool {
+		return b.Name == "b1" && b.Removed && b.Draining
+	})
+	if !drained {
+		t.Errorf("after Drain: %+v, want b1 removed and draining", a.Status().Services[0].Backends)
+	}
+	if err := a.Undrain("b1"); err != nil {
+		t.Fatal(err)
+	}
+
+	idle, err := New(cptest.Config(t, ctlConfig+reloadDataplane), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, err := range map[string]error{"Reload": idle.Reload(cfg), "ReloadFile": idle.ReloadFile(),
+		"Drain": idle.Drain("b1"), "Undrain": idle.Undrain("b1")} {
+		if !errors.Is(err, ErrNotRunning) {
+			t.Errorf("%s before Run: %v, want ErrNotRunning", name, err)
+		}
+	}
+	if st := idle.Status(); st.Generation != 0 || len(st.Services) != 0 || st.Runtime != nil || st.Reloads != nil {
+		t.Errorf("status before Run: %+v, want empty", st)
+	}
+	if _, err := New(cptest.Config(t, ctlConfig), nil); err == nil || !strings.Contains(err.Error(), "dataplane.interface") {
+		t.Errorf("New without an interface: %v", err)
+	}
+}

@@ -1,0 +1,331 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"xlb/config"
+	"xlb/conntrack"
+	"xlb/controlplane"
+	"xlb/controlplane/admin"
+	"xlb/controlplane/neigh"
+	"xlb/dataplane"
+	"xlb/dataplane/worker"
+	"xlb/dataplane/xdpprog"
+	"xlb/healthcheck"
+)
+
+// shutdownGrace bounds how long the admin listener waits for requests in
+// flight when the appliance stops.
+const shutdownGrace = 2 * time.Second
+
+// errStopped ends a startup that a signal interrupted: not a failure.
+var errStopped = errors.New("stopped during startup")
+
+// stack is an appliance being brought up: each step adds what it started
+// and how to take it down again.
+type stack struct {
+	a *Appliance
+	// ctx ends startup waits; life, the workers and health checks, which
+	// the teardown stops: a graceful shutdown (withdraw the routes, keep
+	// forwarding a while) fits between ctx's end and the teardown.
+	ctx  context.Context
+	life context.Context
+	cfg  *config.Config
+	base *zap.Logger // the appliance's logger
+	log  *zap.Logger // base with the interface
+
+	link   netlink.Link
+	queues []*queue
+	ct     *conntrack.Table
+	engine *dataplane.Engine
+	res    *neigh.Resolver
+	cp     *controlplane.ControlPlane
+	hc     *healthcheck.Checker
+	feeds  *atomic.Pointer[map[string][]healthFeed]
+	objs   *xdpprog.Objects
+	mode   xdpprog.Mode
+	vips   []netip.Addr
+	failed chan error // a worker's error
+	admin  *admin.Server
+
+	undo []func()
+}
+
+// down takes down what was started, last first: the admin listener, then
+// the workers before their sockets close, then the XDP program (its link
+// closed before its maps), health checks and the resolver.
+func (s *stack) down() {
+	for i := len(s.undo) - 1; i >= 0; i-- {
+		s.undo[i]()
+	}
+}
+
+// Run brings the data plane up on the configured interface, serves until
+// ctx is done (SIGTERM, SIGINT) or a worker fails, and takes everything
+// down again, on every return path. The XDP link is a bpf_link, so even a
+// kill -9 leaves no program behind. The checks that fail for an operator's
+// mistake (privileges, interface, queues, CPUs) come first and end in one
+// line, before anything is logged. Run is called once.
+func (a *Appliance) Run(ctx context.Context) error {
+	s := &stack{a: a, ctx: ctx, life: context.WithoutCancel(ctx), cfg: a.cfg, base: a.log}
+	defer s.down()
+	steps := []func() error{s.host, s.neighbours, s.controlPlane, s.healthChecks, s.attach, s.openQueues, s.startWorkers, s.serveAdmin}
+	for _, step := range steps {
+		if err := step(); errors.Is(err, errStopped) {
+			s.log.Info("signal received during startup: stopping")
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+	s.logSummary()
+	// Attached, workers running, admin serving. Routes to the VIPs may be
+	// announced from here, once HealthChecked is closed too.
+	close(a.ready)
+	select {
+	case <-ctx.Done():
+		// A route announcement is withdrawn here, before the teardown
+		// detaches the program.
+		s.log.Info("signal received: stopping")
+		return nil
+	case err := <-s.failed:
+		s.log.Error("a worker failed: stopping", zap.Error(err))
+		return err
+	}
+}
+
+// host checks what the host gives: privileges, the interface, its rx
+// queues and the CPUs to pin workers to.
+func (s *stack) host() error {
+	d := &s.cfg.Dataplane
+	ifname := d.Interface
+	s.log = s.base.With(zap.String("interface", ifname))
+	if err := checkPrivileges(); err != nil {
+		return err
+	}
+	link, err := netlink.LinkByName(ifname)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
+			return fmt.Errorf("interface %q (dataplane.interface in %s) does not exist in this network namespace", ifname, s.cfg.Path)
+		}
+		return privErr(fmt.Sprintf("looking up interface %q", ifname), err)
+	}
+	s.link = link
+	count, err := rxQueueCount(ifname, link.Attrs().NumRxQueues)
+	if err != nil {
+		return privErr("counting rx queues", err)
+	}
+	nums, cpus, err := resolveQueues(d, ifname, count)
+	if err != nil {
+		return err
+	}
+	if err := checkCPUs(cpus); err != nil {
+		return err
+	}
+	for i, q := range nums {
+		s.queues = append(s.queues, &queue{num: q, cpu: cpus[i]})
+	}
+	return nil
+}
+
+// neighbours starts the resolver of backend MACs (from the kernel's
+// neighbour table, kept fresh; a configured mac overrides it) and waits,
+// bounded, for them and the routes, so the first clients find their
+// backends ready and encapsulation knows its source.
+func (s *stack) neighbours() error {
+	ct, err := conntrack.New(s.cfg.Dataplane.ConntrackCapacity)
+	if err != nil {
+		return fmt.Errorf("conntrack: %w", err)
+	}
+	s.ct, s.engine = ct, dataplane.NewEngine(ct)
+	res, err := neigh.New(s.cfg.Dataplane.Interface, s.base.Named("neigh")) // it names the interface itself
+	if err != nil {
+		return privErr("neighbour resolver", err)
+	}
+	s.res = res
+	s.undo = append(s.undo, func() { res.Close() })
+	res.Want(neigh.TargetsOf(s.cfg))
+	waitNeighbours(s.ctx, res, s.cfg, s.log)
+	if s.ctx.Err() != nil {
+		return errStopped
+	}
+	return nil
+}
+
+// controlPlane builds the first snapshot. Every backend starts unhealthy
+// until its health check passes (until one does, E1-E4 fall back to all
+// backends).
+func (s *stack) controlPlane() error {
+	local := localOf(s.res, s.cfg, s.link, s.log)
+	s.log.Info("local addresses", zap.String("mac", macString(local.MAC)),
+		zap.Stringer("encap_src_v4", encapSrc(local.EncapSrcV4, local.HasSrcV4)),
+		zap.Stringer("encap_src_v6", encapSrc(local.EncapSrcV6, local.HasSrcV6)),
+		zap.Int("max_frame", local.MaxFrame))
+	cp, err := controlplane.New(s.cfg, s.engine, controlplane.Options{
+		Local:          local,
+		InitialHealthy: false,
+		InitialWeight:  initialWeight,
+		Resolve:        s.res.Resolve,
+		Logger:         s.log.Named("controlplane"),
+	}, worker.NowMs())
+	if err != nil {
+		return fmt.Errorf("control plane: %w", err)
+	}
+	s.cp = cp
+	// A MAC learned, changed or lost republishes the snapshot; so does
+	// one that changed before OnChange was registered.
+	s.res.OnChange(func() { cp.Publish(worker.NowMs()) })
+	cp.Publish(worker.NowMs())
+	return nil
+}
+
+// healthChecks starts the checks, on this namespace's kernel stack: the
+// XDP program passes their replies (not VIP traffic) to the kernel.
+func (s *stack) healthChecks() error {
+	targets, first := healthTargets(s.cfg)
+	s.feeds = &atomic.Pointer[map[string][]healthFeed]{} // a reload replaces them
+	s.feeds.Store(&first)
+	round := newFirstRound(targets)
+	s.a.checked.Store(round)
+	hlog := s.base.Named("healthcheck")
+	feeds := func() map[string][]healthFeed { return *s.feeds.Load() }
+	hc := healthcheck.New(hlog, healthcheck.Options{Notify: healthApplier(s.cp, feeds, worker.NowMs, s.a.health, round, hlog)})
+	if err := hc.Set(targets); err != nil {
+		return err
+	}
+	s.hc = hc
+	hctx, stop := context.WithCancel(s.life)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = hc.Run(hctx) })
+	s.undo = append(s.undo, func() {
+		stop()
+		wg.Wait()
+		s.log.Info("health checks stopped")
+	})
+	s.log.Info("health checks started", zap.Int("targets", len(targets)),
+		zap.Int("max_concurrent", healthcheck.DefaultMaxConcurrent))
+	return nil
+}
+
+// attach loads the XDP program with the VIPs and attaches it.
+func (s *stack) attach() error {
+	d := &s.cfg.Dataplane
+	maxQueue := 0
+	for _, q := range s.queues {
+		maxQueue = max(maxQueue, q.num)
+	}
+	objs, err := xdpprog.Load(maxQueue + 1)
+	if errors.Is(err, unix.EPERM) {
+		return privErr("loading the XDP program", err)
+	}
+	if err != nil {
+		return err // a verifier rejection: its log follows, line by line
+	}
+	s.objs = objs
+	s.undo = append(s.undo, func() { objs.Close() })
+	s.vips = configVIPs(s.cfg)
+	if err := objs.SetVIPs(s.vips); err != nil {
+		return privErr("setting the VIPs", err)
+	}
+	xdpLink, mode, err := objs.Attach(s.link.Attrs().Index, xdpMode(d.XDPMode))
+	if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("%s already has an XDP program (another xlb?): %s", d.Interface, oneLine(err))
+	}
+	if err != nil {
+		return privErr("attaching XDP to "+d.Interface, err)
+	}
+	s.mode = mode
+	s.undo = append(s.undo, func() {
+		if err := xdpLink.Close(); err != nil {
+			s.log.Error("detaching the XDP program", zap.Error(err))
+			return
+		}
+		s.log.Info("XDP program detached")
+	})
+	s.log.Info("XDP program attached", zap.String("xdp_mode", string(mode)), zap.Stringer("requested", d.XDPMode))
+	return nil
+}
+
+// startWorkers starts one worker per queue. They stop before their
+// sockets close.
+func (s *stack) startWorkers() error {
+	for _, q := range s.queues {
+		w, err := worker.New(s.engine, q.ring, q.socket, worker.Config{Queue: q.num, CPU: q.cpu, Batch: workerBatch})
+		if err != nil {
+			return err
+		}
+		q.worker = w
+	}
+	ctx, stop := context.WithCancel(s.life)
+	s.failed = make(chan error, len(s.queues))
+	var wg sync.WaitGroup
+	for _, q := range s.queues {
+		wg.Go(func() {
+			if err := q.worker.Run(ctx); err != nil {
+				s.failed <- err
+			}
+		})
+	}
+	s.undo = append(s.undo, func() {
+		stop()
+		wg.Wait()
+		s.log.Info("workers stopped")
+	})
+	return nil
+}
+
+// serveAdmin publishes what Status, Reload and the operator read, and
+// starts the admin listener on it.
+func (s *stack) serveAdmin() error {
+	workers := make([]admin.QueueStats, len(s.queues))
+	for i, q := range s.queues {
+		workers[i] = admin.QueueStats{Queue: q.num, Stats: q.worker.Stats()}
+	}
+	rl := &reloader{vips: s.objs, neigh: resolverWants{s.res}, hc: s.hc, cp: s.cp, feeds: s.feeds, now: worker.NowMs,
+		log: s.log.Named("reload"), cur: s.cfg}
+	s.a.cur.Store(&running{cp: s.cp, ct: s.ct, workers: workers, now: worker.NowMs, runtime: s.runtime, rl: rl})
+	s.undo = append(s.undo, func() { s.a.cur.Store(nil) })
+	listen := s.cfg.Admin.Listen
+	srv, err := admin.New(listen, s.a, s.log.Named("admin"), s.a.health)
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		return fmt.Errorf("admin listener on %s: %w", listen, err)
+	}
+	s.admin = srv
+	s.undo = append(s.undo, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		if err := srv.Close(ctx); err != nil {
+			s.log.Warn("closing the admin listener", zap.Error(err))
+		}
+	})
+	return nil
+}
+
+// resolverWants gives the resolver a configuration's backends.
+type resolverWants struct{ res *neigh.Resolver }
+
+func (r resolverWants) Want(cfg *config.Config) { r.res.Want(neigh.TargetsOf(cfg)) }
+
+func xdpMode(m config.XDPMode) xdpprog.Mode {
+	switch m {
+	case config.XDPNative:
+		return xdpprog.ModeNative
+	case config.XDPGeneric:
+		return xdpprog.ModeGeneric
+	}
+	return xdpprog.ModeAuto
+}
