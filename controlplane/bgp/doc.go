@@ -15,6 +15,18 @@
 // GRACEFUL_SHUTDOWN community (RFC 8326, 65535:0) and then withdraws it;
 // after it, SetVIPs announces nothing.
 //
+// How the appliance is meant to drive it (CONFIG.md, [bgp]): on every change
+// of attachment, workers, health verdicts, eligible sets or node drain,
+// SetVIPs with each VIP's wish (Announce, or a Reason such as
+// ReasonNotAttached, ReasonNoEligible, ReasonNodeDrained); on SIGTERM with
+// graceful_shutdown_sec > 0, GracefulShutdown with a short settle (about a
+// second: the time routers need to act on the community), then keep
+// forwarding graceful_shutdown_sec, then Stop and detach; with 0, SetVIPs
+// withdrawing everything (ReasonShuttingDown) and Stop. A node drain may
+// announce with VIP.GracefulShutdown first, then withdraw; undrain announces
+// again. On reload: SetNeighbors(Neighbors(cfg.BGP)) and SetVIPs;
+// config.BGPRestartFields says when a restart is needed instead.
+//
 // Sessions: the instance dials out to each neighbor (active, never passive)
 // and listens on no port (GoBGP's listen port -1), so it needs no inbound
 // port 179. Every session carries IPv4 and IPv6 unicast (MP-BGP): an IPv6

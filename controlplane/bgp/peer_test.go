@@ -238,22 +238,26 @@ func (p *testPeer) opensReceived(tb testing.TB) uint64 {
 }
 
 // waitRoutes waits until the peer's table is exactly want (prefix → next
-// hop).
+// hop, followed by the communities when there are any).
 func (p *testPeer) waitRoutes(tb testing.TB, want map[string]string) {
 	tb.Helper()
 	eventually(tb, fmt.Sprintf("routes at %s", p.addr), func() (bool, string) {
 		got := map[string]string{}
 		for k, v := range p.routes(tb) {
 			got[k] = v.nextHop
+			if len(v.communities) > 0 {
+				got[k] += fmt.Sprint(" ", v.communities)
+			}
 		}
 		return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprint(got)
 	})
 }
 
-// newSpeaker starts a speaker whose log the test can read.
+// newSpeaker starts a speaker whose log the test can read, GoBGP's debug
+// lines included.
 func newSpeaker(tb testing.TB) (*Speaker, *observer.ObservedLogs) {
 	tb.Helper()
-	core, logs := observer.New(zap.InfoLevel)
+	core, logs := observer.New(zap.DebugLevel)
 	s, err := New(Config{ASN: speakerASN, RouterID: netip.MustParseAddr("10.0.0.5"), ConnectRetry: time.Second}, zap.New(core))
 	if err != nil {
 		tb.Fatal(err)

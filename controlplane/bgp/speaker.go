@@ -54,6 +54,11 @@ type VIP struct {
 	// of the VIP's family; without one the VIP is not announced).
 	Announce bool
 	NextHop  netip.Addr
+	// GracefulShutdown announces the route with the GRACEFUL_SHUTDOWN
+	// community (RFC 8326): routers that honour it prefer other instances
+	// while this one still forwards (before a withdrawal, e.g. a node
+	// drain). Method GracefulShutdown does this for every VIP.
+	GracefulShutdown bool
 	// Reason says why the VIP is not to be announced (one of the Reason
 	// constants, or any short text); it only shows in Status.
 	Reason string
@@ -375,7 +380,7 @@ func (s *Speaker) reconcile(ctx context.Context, gshut bool) error {
 		if ok, _ := s.effective(vip, s.wanted[vip]); !ok {
 			continue
 		}
-		r := route{nextHop: s.wanted[vip].NextHop, gshut: gshut}
+		r := route{nextHop: s.wanted[vip].NextHop, gshut: gshut || s.wanted[vip].GracefulShutdown}
 		cur, have := s.announced[vip]
 		if have && cur == r || gshut && !have {
 			continue // graceful shutdown announces nothing new

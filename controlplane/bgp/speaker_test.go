@@ -4,9 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap/zaptest/observer"
+
+	"xlb/config"
 )
 
 // TestAnnounceWithdraw: an announced VIP reaches the router as a /32 with
@@ -89,6 +94,9 @@ func TestSetVIPsReconciles(t *testing.T) {
 		{"same again", map[netip.Addr]VIP{a: {Announce: true, NextHop: nh2}, c: {Announce: true, NextHop: nh},
 			v6: {Announce: true, NextHop: nh}},
 			map[string]string{"203.0.113.1/32": "10.0.0.6", "203.0.113.3/32": "10.0.0.5"}},
+		{"graceful shutdown community asked for", map[netip.Addr]VIP{a: {Announce: true, NextHop: nh2, GracefulShutdown: true},
+			c: {Announce: true, NextHop: nh, GracefulShutdown: true}},
+			map[string]string{"203.0.113.1/32": "10.0.0.6 [4294901760]", "203.0.113.3/32": "10.0.0.5 [4294901760]"}},
 		{"node drained", map[netip.Addr]VIP{a: {Reason: ReasonNodeDrained}, c: {Reason: ReasonNodeDrained}}, map[string]string{}},
 	}
 	for _, step := range steps {
@@ -97,9 +105,10 @@ func TestSetVIPsReconciles(t *testing.T) {
 		}
 		p.waitRoutes(t, step.at)
 	}
-	// 2 + 2 (c, v6) + 1 (a's next hop) announcements; b, v6, a, c withdrawn.
-	if n, _ := metric(t, s, "xlb_bgp_announcements_total"); n != 5 {
-		t.Errorf("announcements %v, want 5", n)
+	// 2 + 2 (c, v6) + 1 (a's next hop) + 2 (community) announcements; b,
+	// v6, a, c withdrawn.
+	if n, _ := metric(t, s, "xlb_bgp_announcements_total"); n != 7 {
+		t.Errorf("announcements %v, want 7", n)
 	}
 	if n, _ := metric(t, s, "xlb_bgp_withdrawals_total"); n != 4 {
 		t.Errorf("withdrawals %v, want 4", n)
@@ -275,11 +284,13 @@ func TestUnreachableNeighbor(t *testing.T) {
 		n, _ := neighborStatus(s, none.Address)
 		return strings.Contains(n.Reason, "connection refused") && n.State != "established", fmt.Sprintf("%+v", n)
 	})
-	// ConnectRetry is 1 s here: wait for a few more attempts, then count.
-	deadline := time.Now().Add(4 * time.Second)
-	for time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	// Three failed dials (GoBGP's own debug lines), then count.
+	eventually(t, "three attempts", func() (bool, string) {
+		n := logs.FilterMessage("failed to connect").Filter(func(e observer.LoggedEntry) bool {
+			return e.ContextMap()["Key"] == "127.0.0.4"
+		}).Len()
+		return n >= 3, fmt.Sprintf("%d attempts", n)
+	})
 	if got := countLogs(logs, "bgp session not established", "127.0.0.4"); got != 1 {
 		t.Errorf("logged %d times, want once", got)
 	}
@@ -415,5 +426,35 @@ func TestNewAndLifecycle(t *testing.T) {
 	}
 	if err := s.GracefulShutdown(context.Background(), 0); err != ErrStopped {
 		t.Errorf("after Stop: %v", err)
+	}
+}
+
+func TestNeighborsFromConfig(t *testing.T) {
+	cfg, err := config.Parse("t.toml", []byte(`[bgp]
+asn = 65010
+hold_time_sec = 30
+[[bgp.neighbor]]
+address = "10.0.0.1"
+asn = 65000
+password = "x"
+multihop_ttl = 2
+[[bgp.neighbor]]
+address = "fd00::1"
+asn = 65001
+port = 1179
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Neighbors(cfg.BGP)
+	want := []Neighbor{
+		{Address: netip.MustParseAddr("10.0.0.1"), ASN: 65000, Port: 179, Password: "x", MultihopTTL: 2, HoldTime: 30 * time.Second},
+		{Address: netip.MustParseAddr("fd00::1"), ASN: 65001, Port: 1179, HoldTime: 30 * time.Second},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %+v\nwant %+v", got, want)
+	}
+	if Neighbors(nil) != nil {
+		t.Error("nil section")
 	}
 }
