@@ -3,7 +3,9 @@ package bgp
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -457,4 +459,65 @@ port = 1179
 	if Neighbors(nil) != nil {
 		t.Error("nil section")
 	}
+}
+
+// TestNoListener: the speaker only dials; with a neighbor configured and
+// being dialed, the process has no listening TCP socket (this test starts
+// no router).
+func TestNoListener(t *testing.T) {
+	s, logs := newSpeaker(t)
+	nb := Neighbor{Address: netip.MustParseAddr("127.0.0.5"), ASN: peerASN, Port: freePort(t, netip.MustParseAddr("127.0.0.5"))}
+	if err := s.SetNeighbors([]Neighbor{nb}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a dial", func() (bool, string) {
+		n := logs.FilterMessage("failed to connect").Len()
+		return n >= 1, fmt.Sprintf("%d attempts", n)
+	})
+	if n := listeningSockets(t); n != 0 {
+		t.Errorf("the process has %d listening TCP sockets", n)
+	}
+	// The check sees a listener (a plain TCP one: this test binary turns
+	// MPTCP listeners off, see peer_test.go).
+	l, err := net.Listen("tcp", "127.0.0.5:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if n := listeningSockets(t); n != 1 {
+		t.Errorf("with one listener open, counted %d", n)
+	}
+}
+
+// listeningSockets counts this process's TCP sockets in state LISTEN, from
+// /proc.
+func listeningSockets(t *testing.T) int {
+	listen := map[string]bool{} // socket inodes in LISTEN
+	for _, f := range []string{"/proc/self/net/tcp", "/proc/self/net/tcp6"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Skipf("no %s: %v", f, err)
+		}
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			fs := strings.Fields(line)
+			if len(fs) > 9 && fs[3] == "0A" {
+				listen[fs[9]] = true
+			}
+		}
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		link, err := os.Readlink("/proc/self/fd/" + fd.Name())
+		if err != nil {
+			continue
+		}
+		if ino, ok := strings.CutPrefix(link, "socket:["); ok && listen[strings.TrimSuffix(ino, "]")] {
+			n++
+		}
+	}
+	return n
 }
