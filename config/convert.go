@@ -61,6 +61,9 @@ func (c *converter) convert(r *rawFile) *Config {
 	}
 	c.rules(cfg, r.ForwardingRule)
 	c.families(cfg)
+	if r.BGP != nil {
+		cfg.BGP = c.bgp(r.BGP)
+	}
 	return cfg
 }
 

@@ -18,6 +18,9 @@ func FuzzParse(f *testing.F) {
 	f.Add(example)
 	f.Add([]byte(valid))
 	f.Add([]byte(groups(2, 1)))
+	if bgp, err := os.ReadFile(bgpExamplePath); err == nil {
+		f.Add(append([]byte(valid), bgp...))
+	}
 	f.Add([]byte("health_check = [{ name = \"hc\", type = \"TCP\" }]\n\"a\\u0062\" = '''\n'''\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse("fuzz.toml", data)

@@ -19,6 +19,9 @@ type rawFile struct {
 	HealthCheck    []rawHealthCheck `toml:"health_check"`
 	BackendService []rawService     `toml:"backend_service"`
 	ForwardingRule []rawRule        `toml:"forwarding_rule"`
+	// BGP is nil when the file has no [bgp]: the section is optional as a
+	// whole, and its required keys are required only when it is there.
+	BGP *rawBGP `toml:"bgp"`
 }
 
 type rawDataplane struct {
@@ -99,6 +102,23 @@ type rawRule struct {
 	BackendService val `toml:"backend_service"`
 }
 
+type rawBGP struct {
+	ASN                 val           `toml:"asn"`
+	RouterID            val           `toml:"router_id"`
+	HoldTimeSec         val           `toml:"hold_time_sec"`
+	GracefulShutdownSec val           `toml:"graceful_shutdown_sec"`
+	Announce            val           `toml:"announce"`
+	Neighbor            []rawNeighbor `toml:"neighbor"`
+}
+
+type rawNeighbor struct {
+	Address     val `toml:"address"`
+	ASN         val `toml:"asn"`
+	Port        val `toml:"port"`
+	Password    val `toml:"password"`
+	MultihopTTL val `toml:"multihop_ttl"`
+}
+
 // val is one leaf value as the decoder found it; set says the key was
 // written at all, so that defaults apply only to absent keys.
 type val struct {
@@ -130,6 +150,9 @@ func (c *converter) checkKeys(m map[string]any, t reflect.Type, path string) boo
 	for _, k := range keys {
 		p := joinPath(path, k)
 		ft, known := fields[k]
+		if known && ft.Kind() == reflect.Pointer {
+			ft = ft.Elem() // an optional table
+		}
 		switch {
 		case !known:
 			msg := "unknown key"

@@ -15,7 +15,8 @@ func (c *Config) ValidateForRun() error {
 }
 
 // Summary describes the configuration in one line, e.g.
-// "3 rules on 2 VIPs, 2 services, 7 backends (5 primary, 2 failover), 1 health check".
+// "3 rules on 2 VIPs, 2 services, 7 backends (5 primary, 2 failover), 1 health check",
+// followed by ", BGP AS 65010 with 2 neighbors" when the file has [bgp].
 func (c *Config) Summary() string {
 	vips := map[netip.Addr]bool{}
 	for _, r := range c.Rules {
@@ -31,9 +32,13 @@ func (c *Config) Summary() string {
 			}
 		}
 	}
-	return fmt.Sprintf("%s on %s, %s, %s (%d primary, %d failover), %s",
+	s := fmt.Sprintf("%s on %s, %s, %s (%d primary, %d failover), %s",
 		count(len(c.Rules), "rule"), count(len(vips), "VIP"), count(len(c.Services), "service"),
 		count(primary+failover, "backend"), primary, failover, count(len(c.HealthChecks), "health check"))
+	if c.BGP != nil {
+		s += fmt.Sprintf(", BGP AS %d with %s", c.BGP.ASN, count(len(c.BGP.Neighbors), "neighbor"))
+	}
+	return s
 }
 
 func count(n int, noun string) string {

@@ -17,6 +17,8 @@ type Config struct {
 	HealthChecks []HealthCheck
 	Services     []Service
 	Rules        []ForwardingRule
+	// BGP is nil when the file has no [bgp] (nothing is announced).
+	BGP *BGP
 }
 
 // Dataplane is the [dataplane] section; only `xlb run` needs it.
