@@ -79,7 +79,7 @@ func opErr(err error) error {
 func newRig(t *testing.T) (*cptest.Rig, *rigSources) {
 	t.Helper()
 	r := cptest.New(t, rigToml)
-	return r, &rigSources{rig: r, workers: []admin.QueueStats{{Queue: 0, Stats: r.W.Stats()}},
+	return r, &rigSources{rig: r, workers: []admin.QueueStats{{Queue: 0, Stats: r.D.Stats()}},
 		info:   map[string]any{"interface": "xa0", "xdp_mode": "native", "bind_mode": "copy"},
 		health: admin.NewHealthMetrics()}
 }
@@ -119,15 +119,15 @@ type sent struct {
 	bytes         map[string]int // forwarded bytes by backend name
 }
 
-// process sends packets through w as one batch (as an AF_XDP worker does)
+// process sends packets through dc as one batch (as an AF_XDP worker does)
 // and tallies the verdicts into tally.
-func process(t *testing.T, r *cptest.Rig, w *dataplane.Worker, tally *sent, ps ...craft.Packet) {
+func process(t *testing.T, r *cptest.Rig, dc *dataplane.Decider, tally *sent, ps ...craft.Packet) {
 	t.Helper()
 	fs := make([]dataplane.Frame, len(ps))
 	for i, p := range ps {
 		fs[i] = frame(t, p)
 	}
-	w.Process(fs, r.Now)
+	dc.Process(fs, r.Now)
 	snap := r.CP.Snapshot()
 	if tally.drops == nil {
 		tally.drops, tally.backend, tally.bytes = map[string]int{}, map[string]int{}, map[string]int{}
