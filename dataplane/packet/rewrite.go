@@ -138,7 +138,9 @@ func Encapsulate(buf []byte, off int, p *Parsed, e *Encap, maxLen int) (newOff, 
 	writeUDPHeader(udp, gueSrcPort(e.FlowHash), e.GUEPort, udpLen)
 	writeGUEHeader(udp[UDPLen:], innerProto)
 	if e.OuterV6 {
-		putUDPChecksum6(udp, inner, e, udpLen)
+		// Over UDP and GUE headers (checksum 0) and the inner packet.
+		s := PseudoHeaderSum(ProtoUDP, e.OuterSrc[:], e.OuterDst[:], uint32(udpLen))
+		putUDPChecksum(udp, Checksum(inner, Sum(udp, s)))
 	}
 	return newOff, newLen, nil
 }
@@ -265,13 +267,10 @@ func writeGUEHeader(gue []byte, proto uint8) {
 	binary.BigEndian.PutUint16(gue[gueFlagsOff:], 0)
 }
 
-// putUDPChecksum6 sets the checksum of the UDP header at the start of udp
-// (with a zero checksum field), whose datagram is udp (UDP and GUE headers)
-// followed by payload, sent over IPv6 between e's outer addresses. A
-// computed 0 is sent as 0xffff: over IPv6, 0 means no checksum.
-func putUDPChecksum6(udp, payload []byte, e *Encap, length uint16) {
-	s := PseudoHeaderSum(ProtoUDP, e.OuterSrc[:], e.OuterDst[:], uint32(length))
-	c := Checksum(payload, Sum(udp, s))
+// putUDPChecksum sets the checksum of the UDP header at the start of udp to
+// the computed c; a computed 0 is sent as 0xffff, since 0 means no checksum
+// (RFC 768), which IPv6 receivers drop by default.
+func putUDPChecksum(udp []byte, c uint16) {
 	if c == 0 {
 		c = 0xffff
 	}
