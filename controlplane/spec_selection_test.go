@@ -314,7 +314,7 @@ func TestS6_EmptySetDroppedAndCountedPerService(t *testing.T) {
 	if a := sendAll(r, apiPackets); len(a.drops) != 0 {
 		t.Fatalf("api: drops %v", a.drops)
 	}
-	stats := r.W.Stats()
+	stats := r.D.Stats()
 	if n := stats.Service(webID).Drops[dataplane.ReasonNoEligibleBackend].Load(); n != 500 {
 		t.Errorf("web no-eligible-backend drops: %d, want 500", n)
 	}

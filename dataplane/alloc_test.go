@@ -10,13 +10,13 @@ import (
 	"xlb/dataplane/packet"
 )
 
-// TestProcessDoesNotAllocate: Worker.Process allocates nothing per frame on
+// TestProcessDoesNotAllocate: Decider.Process allocates nothing per frame on
 // any path — every kind of traffic, forwarded, dropped or passed. Each case
 // first checks (with Decide) that its frame takes the path it names, so the
 // allocation count is measured where it claims to be.
 func TestProcessDoesNotAllocate(t *testing.T) {
 	eng, _ := benchEngine(t, conntrack.MinCapacity)
-	w := eng.NewWorker()
+	dc := eng.NewDecider()
 	router4 := netip.MustParseAddr("192.0.2.99")
 	router6 := netip.MustParseAddr("2001:db8:e::99")
 	c4, c6 := netip.MustParseAddr("100.64.0.1"), netip.MustParseAddr("2001:db8:c::1")
@@ -38,9 +38,9 @@ func TestProcessDoesNotAllocate(t *testing.T) {
 	// Flows that the established cases, the encapsulation cases and the
 	// ICMP errors find in the table.
 	for _, vip := range []netip.Addr{benchVIPWeb4, benchVIPIPIP, benchVIPGUE4, benchVIPGUE6} {
-		allocDecide(t, w, build(tcp(c4, vip, "S")))
+		allocDecide(t, dc, build(tcp(c4, vip, "S")))
 	}
-	allocDecide(t, w, build(tcp(c6, benchVIPWeb6, "S")))
+	allocDecide(t, dc, build(tcp(c6, benchVIPWeb6, "S")))
 
 	synFrame := build(tcp(c4, benchVIPWeb4, "S"))
 	arp := make([]byte, 42) // broadcast who-has, EtherType 0x0806
@@ -76,7 +76,7 @@ func TestProcessDoesNotAllocate(t *testing.T) {
 		{"ARP pass", arp, dataplane.VerdictPass, 0, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := allocDecide(t, w, tc.frame)
+			d := allocDecide(t, dc, tc.frame)
 			if d.Verdict != tc.verdict || d.Reason != tc.reason {
 				t.Fatalf("decision %v %v, want %v %v", d.Verdict, d.Reason, tc.verdict, tc.reason)
 			}
@@ -90,7 +90,7 @@ func TestProcessDoesNotAllocate(t *testing.T) {
 				// The rewrite works in place: start from the received frame.
 				copy(buf[dataplane.Headroom:], tc.frame)
 				batch[0] = dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(tc.frame)}
-				w.Process(batch, now)
+				dc.Process(batch, now)
 			})
 			if batch[0].Verdict != tc.verdict || batch[0].Reason != tc.reason {
 				t.Fatalf("Process: %v %v, want %v %v", batch[0].Verdict, batch[0].Reason, tc.verdict, tc.reason)
@@ -102,11 +102,11 @@ func TestProcessDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// allocDecide runs one frame through w.Decide, as a NIC would hand it over.
-func allocDecide(tb testing.TB, w *dataplane.Worker, frame []byte) dataplane.Decision {
+// allocDecide runs one frame through dc.Decide, as a NIC would hand it over.
+func allocDecide(tb testing.TB, dc *dataplane.Decider, frame []byte) dataplane.Decision {
 	tb.Helper()
 	buf := make([]byte, dataplane.Headroom+len(frame)+dataplane.Headroom)
 	copy(buf[dataplane.Headroom:], frame)
 	f := dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(frame)}
-	return w.Decide(&f, benchClock())
+	return dc.Decide(&f, benchClock())
 }

@@ -55,10 +55,10 @@ func TestCT4_BatchDecidesInOrder(t *testing.T) {
 	one := cptest.New(t, batchConfig) // one frame per batch: the reference
 	batched := cptest.New(t, batchConfig)
 
-	ring := dataplane.NewMemRing(frames, len(frames))
+	port := dataplane.NewMemFramePort(frames, len(frames))
 	batch := make([]dataplane.Frame, len(frames)) // 80 frames: more than one pass of 64
-	w := batched.W
-	if n := w.Poll(ring, batch, 0); n != len(frames) {
+	dc := batched.D
+	if n := dc.Poll(port, batch, 0); n != len(frames) {
 		t.Fatalf("polled %d frames, want %d", n, len(frames))
 	}
 	for i, raw := range frames {
@@ -75,7 +75,7 @@ func TestCT4_BatchDecidesInOrder(t *testing.T) {
 		}
 	}
 	snap := batched.M.Engine().Load()
-	sc := w.Stats().Service(snap.Services[0].ID)
+	sc := dc.Stats().Service(snap.Services[0].ID)
 	if got := sc.NewConnections.Load(); got != flows {
 		t.Errorf("batched: %d new connections, want %d (each ACK must hit its SYN's entry)", got, flows)
 	}

@@ -1,8 +1,8 @@
 package dataplane_test
 
-// Whole-pipeline benchmarks: Worker.Poll over a MemRing (copy each frame into
-// its buffer as a NIC would, parse, rule lookup, keys, conntrack, Maglev,
-// rewrite, counters, completion), one core, batches of 64 frames.
+// Whole-pipeline benchmarks: Decider.Poll over a MemFramePort (copy each
+// frame into its buffer as a NIC would, parse, rule lookup, keys, conntrack,
+// Maglev, rewrite, counters, completion), one core, batches of 64 frames.
 //
 // Every benchmark iteration is one batch (ns/op is per batch); ns/pkt and
 // Mpps are the per-frame figures, cpu-ns/pkt the same from the thread's own
@@ -396,16 +396,16 @@ const (
 type benchFixture struct {
 	eng    *dataplane.Engine
 	cp     *controlplane.ControlPlane
-	w      *dataplane.Worker
+	dc     *dataplane.Decider
 	frames [][]byte
 	svc    uint16
 	// evictions during the prefill (X3), for the log.
 	evictions uint64
 }
 
-// benchEstablish sends one SYN for each flow idx through w, in batches of 64,
+// benchEstablish sends one SYN for each flow idx through dc, in batches of 64,
 // and fails unless every one was forwarded as a new connection.
-func benchEstablish(tb testing.TB, w *dataplane.Worker, syn *benchTemplate, idx []int, v6 bool) {
+func benchEstablish(tb testing.TB, dc *dataplane.Decider, syn *benchTemplate, idx []int, v6 bool) {
 	tb.Helper()
 	bufs := make([][]byte, benchBatch)
 	for i := range bufs {
@@ -419,7 +419,7 @@ func benchEstablish(tb testing.TB, w *dataplane.Worker, syn *benchTemplate, idx 
 			syn.put(bufs[j][dataplane.Headroom:], a, port)
 			batch[j] = dataplane.Frame{Buf: bufs[j], Off: dataplane.Headroom, Len: len(syn.frame)}
 		}
-		w.Process(batch[:n], benchClock())
+		dc.Process(batch[:n], benchClock())
 		for j := range n {
 			if batch[j].Verdict != dataplane.VerdictForward {
 				tb.Fatalf("SYN of flow %d: %v %v", idx[start+j], batch[j].Verdict, batch[j].Reason)
@@ -435,9 +435,9 @@ func benchEstablishedFixture(tb testing.TB, vip netip.Addr, svcName string) *ben
 	v6 := vip.Is6()
 	src, _ := benchClient(0, v6)
 	eng, cp := benchEngine(tb, benchBigCapacity)
-	f := &benchFixture{eng: eng, cp: cp, w: eng.NewWorker(), svc: benchServiceID(tb, eng, svcName)}
+	f := &benchFixture{eng: eng, cp: cp, dc: eng.NewDecider(), svc: benchServiceID(tb, eng, svcName)}
 	syn := newBenchTemplate(tb, craft.Packet{Src: src, Dst: vip, Proto: packet.ProtoTCP, SrcPort: 1, DstPort: 80, Flags: "S"})
-	benchEstablish(tb, f.w, syn, benchSpan(0, benchPrefill, 1), v6)
+	benchEstablish(tb, f.dc, syn, benchSpan(0, benchPrefill, 1), v6)
 	f.evictions = eng.Conntrack().Stats().Evictions
 	ack := newBenchTemplate(tb, craft.Packet{Src: src, Dst: vip, Proto: packet.ProtoTCP, SrcPort: 1, DstPort: 80, Flags: "A"})
 	f.frames = ack.frames(benchSpan(0, benchSample, benchPrefill/benchSample), v6)
@@ -479,7 +479,7 @@ func benchFixSYN(tb testing.TB) *benchFixture {
 		eng, cp := benchEngine(tb, benchBigCapacity)
 		src, _ := benchClient(0, false)
 		syn := newBenchTemplate(tb, craft.Packet{Src: src, Dst: benchVIPWeb4, Proto: packet.ProtoTCP, SrcPort: 1, DstPort: 80, Flags: "S"})
-		return &benchFixture{eng: eng, cp: cp, w: eng.NewWorker(), svc: benchServiceID(tb, eng, "web4"),
+		return &benchFixture{eng: eng, cp: cp, dc: eng.NewDecider(), svc: benchServiceID(tb, eng, "web4"),
 			frames: syn.frames(benchSpan(0, benchPrefill, 1), false)}
 	})
 }
@@ -490,7 +490,7 @@ func benchFixUDP(tb testing.TB) *benchFixture {
 		eng, cp := benchEngine(tb, conntrack.MinCapacity) // UDP with affinity NONE is never tracked
 		src, _ := benchClient(0, false)
 		udp := newBenchTemplate(tb, craft.Packet{Src: src, Dst: benchVIPWeb4, Proto: packet.ProtoUDP, SrcPort: 1, DstPort: 53})
-		return &benchFixture{eng: eng, cp: cp, w: eng.NewWorker(), svc: benchServiceID(tb, eng, "dns"),
+		return &benchFixture{eng: eng, cp: cp, dc: eng.NewDecider(), svc: benchServiceID(tb, eng, "dns"),
 			frames: udp.frames(benchSpan(0, benchSample, 1), false)}
 	})
 }
@@ -500,12 +500,12 @@ func benchFixUDP(tb testing.TB) *benchFixture {
 func benchFixRewrite(tb testing.TB, name, svc string, vip netip.Addr) *benchFixture {
 	return benchShared(tb, "rewrite-"+name, func(tb testing.TB) *benchFixture {
 		eng, cp := benchEngine(tb, benchSmallCapacity)
-		w := eng.NewWorker()
+		dc := eng.NewDecider()
 		src, _ := benchClient(0, false)
 		syn := newBenchTemplate(tb, craft.Packet{Src: src, Dst: vip, Proto: packet.ProtoTCP, SrcPort: 1, DstPort: 80, Flags: "S"})
-		benchEstablish(tb, w, syn, benchSpan(0, benchRewriteFlows, 1), false)
+		benchEstablish(tb, dc, syn, benchSpan(0, benchRewriteFlows, 1), false)
 		ack := newBenchTemplate(tb, craft.Packet{Src: src, Dst: vip, Proto: packet.ProtoTCP, SrcPort: 1, DstPort: 80, Flags: "A"})
-		return &benchFixture{eng: eng, cp: cp, w: w, svc: benchServiceID(tb, eng, svc),
+		return &benchFixture{eng: eng, cp: cp, dc: dc, svc: benchServiceID(tb, eng, svc),
 			frames: ack.frames(benchSpan(0, benchRewriteFlows, 1), false)}
 	})
 }
@@ -521,15 +521,15 @@ var benchRewriteCases = []struct {
 	{"GUE-v6-outer", "gue6", benchVIPGUE6, config.ForwardGUE},
 }
 
-// benchRun replays f's frames through its worker, one batch per iteration, and
-// reports per-packet figures. It fails unless every frame was forwarded,
+// benchRun replays f's frames through its decider, one batch per iteration,
+// and reports per-packet figures. It fails unless every frame was forwarded,
 // and reports new% (frames of new connections: selected by Maglev and
 // recorded) and insert% (frames that stored a key new to the table).
 func benchRun(b *testing.B, f *benchFixture) {
-	ring := dataplane.NewMemRing(f.frames, benchBatch)
+	port := dataplane.NewMemFramePort(f.frames, benchBatch)
 	batch := make([]dataplane.Frame, benchBatch)
-	f.w.Process(nil, benchClock()) // a fresh worker sizes its counters once
-	new0 := benchNewConns(f.w, f.svc)
+	f.dc.Process(nil, benchClock()) // a fresh decider sizes its counters once
+	new0 := benchNewConns(f.dc, f.svc)
 	ins0 := f.eng.Conntrack().Stats().Inserts
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -538,12 +538,12 @@ func benchRun(b *testing.B, f *benchFixture) {
 	pkts := 0
 	cpu0 := benchThreadCPU()
 	for b.Loop() {
-		pkts += f.w.Poll(ring, batch, benchClock())
+		pkts += f.dc.Poll(port, batch, benchClock())
 	}
 	cpu := benchThreadCPU() - cpu0
 	el := b.Elapsed()
-	if ring.Forwarded != ring.Received {
-		b.Fatalf("forwarded %d of %d (passed %d, dropped %d)", ring.Forwarded, ring.Received, ring.Passed, ring.Dropped)
+	if port.Forwarded != port.Received {
+		b.Fatalf("forwarded %d of %d (passed %d, dropped %d)", port.Forwarded, port.Received, port.Passed, port.Dropped)
 	}
 	b.ReportMetric(float64(el.Nanoseconds())/float64(pkts), "ns/pkt")
 	b.ReportMetric(float64(pkts)/el.Seconds()/1e6, "Mpps")
@@ -552,16 +552,16 @@ func benchRun(b *testing.B, f *benchFixture) {
 		// counts the slices other processes got.
 		b.ReportMetric(float64(cpu.Nanoseconds())/float64(pkts), "cpu-ns/pkt")
 	}
-	b.ReportMetric(100*float64(benchNewConns(f.w, f.svc)-new0)/float64(pkts), "new%")
+	b.ReportMetric(100*float64(benchNewConns(f.dc, f.svc)-new0)/float64(pkts), "new%")
 	// Of those, the ones that stored a key the table did not hold (the
 	// rest overwrote their own entry in place).
 	b.ReportMetric(100*float64(f.eng.Conntrack().Stats().Inserts-ins0)/float64(pkts), "insert%")
 }
 
-// benchNewConns is the worker's count of new connections of a service (0
+// benchNewConns is the decider's count of new connections of a service (0
 // before its first batch).
-func benchNewConns(w *dataplane.Worker, svc uint16) uint64 {
-	if sc := w.Stats().Service(svc); sc != nil {
+func benchNewConns(dc *dataplane.Decider, svc uint16) uint64 {
+	if sc := dc.Stats().Service(svc); sc != nil {
 		return sc.NewConnections.Load()
 	}
 	return 0

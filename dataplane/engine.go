@@ -11,7 +11,7 @@ import (
 
 const tcpSYN = 0x02
 
-// Engine is the decision engine shared by all workers: the current snapshot
+// Engine is the decision engine shared by all deciders: the current snapshot
 // and the conntrack table.
 type Engine struct {
 	snap atomic.Pointer[Snapshot]
@@ -24,7 +24,7 @@ func NewEngine(ct *conntrack.Table) *Engine {
 	return &Engine{ct: ct}
 }
 
-// Store publishes a new snapshot; workers see it from their next batch.
+// Store publishes a new snapshot; deciders see it from their next batch.
 func (e *Engine) Store(s *Snapshot) { e.snap.Store(s) }
 
 // Load returns the current snapshot (nil before the first Store).
@@ -50,7 +50,7 @@ type Frame struct {
 func (f *Frame) Data() []byte { return f.Buf[f.Off : f.Off+f.Len] }
 
 // Decision is everything the engine decided about one frame: what sim
-// prints and what explain shows. Workers keep one and overwrite it.
+// prints and what explain shows. Deciders keep one and overwrite it.
 type Decision struct {
 	Verdict Verdict
 	Reason  Reason
@@ -99,13 +99,15 @@ type Flow struct {
 	V6         bool
 }
 
-// batchMax is the most frames a worker decides in one pass; Process splits
+// batchMax is the most frames a decider decides in one pass; Process splits
 // larger batches.
 const batchMax = 64
 
-// Worker is one polling worker's engine state. Not safe for concurrent use;
-// each worker (goroutine) owns one.
-type Worker struct {
+// Decider decides frames with an engine: the per-thread state (parses,
+// decisions, counters) that the shared Engine does not hold. Not safe for
+// concurrent use; each polling worker (goroutine) owns one, as do sim and
+// explain.
+type Decider struct {
 	e     *Engine
 	stats *Stats
 
@@ -118,92 +120,92 @@ type Worker struct {
 	ipid  uint16 // outer IPv4 identification of encapsulated frames
 }
 
-// NewWorker returns a worker of e.
-func (e *Engine) NewWorker() *Worker {
-	return &Worker{e: e, stats: newStats()}
+// NewDecider returns a decider of e.
+func (e *Engine) NewDecider() *Decider {
+	return &Decider{e: e, stats: newStats()}
 }
 
-// Stats returns the worker's counters (safe to read from other goroutines).
-func (w *Worker) Stats() *Stats { return w.stats }
+// Stats returns the decider's counters (safe to read from other goroutines).
+func (dc *Decider) Stats() *Stats { return dc.stats }
 
 // Process decides a batch: one snapshot load for the whole batch, then
 // every frame gets its verdict and, when forwarded, its rewrite.
-func (w *Worker) Process(frames []Frame, now int64) {
-	snap := w.e.snap.Load()
-	w.stats.ensure(snap)
+func (dc *Decider) Process(frames []Frame, now int64) {
+	snap := dc.e.snap.Load()
+	dc.stats.ensure(snap)
 	for len(frames) > 0 {
 		n := min(len(frames), batchMax)
-		w.decideBatch(frames[:n], snap, now)
+		dc.decideBatch(frames[:n], snap, now)
 		frames = frames[n:]
 	}
-	w.stats.flush()
+	dc.stats.flush()
 }
 
 // Decide decides a single frame and returns the full decision (sim,
 // explain, tests), through the same path as Process.
-func (w *Worker) Decide(f *Frame, now int64) Decision {
-	snap := w.e.snap.Load()
-	w.stats.ensure(snap)
-	w.one[0] = *f
-	w.decideBatch(w.one[:], snap, now)
-	*f = w.one[0]
-	w.stats.flush()
-	if d := &w.ds[0]; d.pending {
+func (dc *Decider) Decide(f *Frame, now int64) Decision {
+	snap := dc.e.snap.Load()
+	dc.stats.ensure(snap)
+	dc.one[0] = *f
+	dc.decideBatch(dc.one[:], snap, now)
+	*f = dc.one[0]
+	dc.stats.flush()
+	if d := &dc.ds[0]; d.pending {
 		d.selectionHash() // sim and explain show it for every decision
 	}
-	return w.ds[0]
+	return dc.ds[0]
 }
 
 // Parsed returns the parse of the last frame Decide decided.
-func (w *Worker) Parsed() *packet.Parsed { return &w.ps[0] }
+func (dc *Decider) Parsed() *packet.Parsed { return &dc.ps[0] }
 
 // decideBatch decides up to batchMax frames in three passes. The tracking
 // table is far larger than any cache, so a lookup is a memory miss; doing
 // every frame's front half first and then touching all their buckets in a
 // tight loop lets the CPU overlap those misses (one latency per batch, not
 // one per packet). The rules themselves are applied per frame, in order.
-func (w *Worker) decideBatch(frames []Frame, snap *Snapshot, now int64) {
-	ct := w.e.ct
+func (dc *Decider) decideBatch(frames []Frame, snap *Snapshot, now int64) {
+	ct := dc.e.ct
 	n := len(frames)
 	for i := range n {
-		d := &w.ds[i]
+		d := &dc.ds[i]
 		*d = Decision{}
-		if w.front(&frames[i], snap, &w.ps[i], d) && d.Trackable {
-			w.hints[i] = ct.Hint(&d.TrackKey)
+		if dc.front(&frames[i], snap, &dc.ps[i], d) && d.Trackable {
+			dc.hints[i] = ct.Hint(&d.TrackKey)
 		}
 	}
-	sink := w.sink
+	sink := dc.sink
 	for i := range n {
-		if d := &w.ds[i]; d.pending && d.Trackable {
-			sink += ct.Prefetch(w.hints[i])
+		if d := &dc.ds[i]; d.pending && d.Trackable {
+			sink += ct.Prefetch(dc.hints[i])
 		}
 	}
 	for i := range n {
-		if d := &w.ds[i]; d.pending && d.Trackable {
-			sink += ct.PrefetchSlot(w.hints[i])
+		if d := &dc.ds[i]; d.pending && d.Trackable {
+			sink += ct.PrefetchSlot(dc.hints[i])
 		}
 	}
-	w.sink = sink
+	dc.sink = sink
 	for i := range n {
-		f, d, p := &frames[i], &w.ds[i], &w.ps[i]
+		f, d, p := &frames[i], &dc.ds[i], &dc.ps[i]
 		if d.pending {
-			w.back(snap, now, d, w.hints[i])
+			dc.back(snap, now, d, dc.hints[i])
 		}
 		if d.Verdict == VerdictForward {
-			w.rewrite(f, snap, p, d)
+			dc.rewrite(f, snap, p, d)
 		}
 		f.Verdict, f.Reason = d.Verdict, d.Reason
 		if d.Backend != nil {
 			f.Backend = d.Backend.Ref
 		}
-		w.stats.count(d, f.Len)
+		dc.stats.count(d, f.Len)
 	}
 }
 
 // front applies SPEC §1–§3 to the frame: parse, VIP, rule, source ranges,
 // selection and tracking keys. It returns true (and sets d.pending) when the
 // frame goes on to steps 1–2; otherwise d holds the final verdict.
-func (w *Worker) front(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision) bool {
+func (dc *Decider) front(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision) bool {
 	if snap == nil {
 		d.Verdict = VerdictPass
 		return false
@@ -281,8 +283,8 @@ func (w *Worker) front(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision) 
 // back applies steps 1 and 2 (§4–§6) to a frame front passed on: lookup
 // and validity, selection, recording. h is the tracking key's hint when
 // d.Trackable.
-func (w *Worker) back(snap *Snapshot, now int64, d *Decision, h conntrack.Hint) {
-	ct := w.e.ct
+func (dc *Decider) back(snap *Snapshot, now int64, d *Decision, h conntrack.Hint) {
+	ct := dc.e.ct
 	svc, fl := d.Service, &d.Flow
 	switch {
 	case !d.Trackable: // CT3
@@ -508,7 +510,7 @@ func persists(svc *Service, proto packet.Proto) bool {
 }
 
 // rewrite turns a forward decision into the frame that goes on the wire.
-func (w *Worker) rewrite(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision) {
+func (dc *Decider) rewrite(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision) {
 	b := d.Backend
 	if b == nil || !b.MACKnown {
 		d.Verdict, d.Reason = VerdictDrop, ReasonBackendNotReady
@@ -527,9 +529,9 @@ func (w *Worker) rewrite(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision
 		GUE:      svc.Method == config.ForwardGUE,
 		GUEPort:  svc.GUEPort,
 		FlowHash: uint32(d.selectionHash()),
-		IPID:     w.ipid,
+		IPID:     dc.ipid,
 	}
-	w.ipid++
+	dc.ipid++
 	switch {
 	case b.V6 && snap.Local.HasSrcV6:
 		enc.OuterSrc = snap.Local.EncapSrcV6

@@ -20,7 +20,7 @@ import (
 // input to the next as they do in production. Inputs run one at a time in
 // each fuzzing process.
 type fuzzRig struct {
-	w    *dataplane.Worker
+	dc   *dataplane.Decider
 	snap *dataplane.Snapshot
 	// vips maps each configured VIP to the services its rules name, read
 	// from the configuration rather than from the snapshot.
@@ -41,7 +41,7 @@ func newFuzzRig(tb testing.TB) *fuzzRig {
 		return fuzzSet
 	}
 	eng, _ := benchEngine(tb, conntrack.MinCapacity)
-	r := &fuzzRig{w: eng.NewWorker(), snap: eng.Load(), vips: map[netip.Addr]map[string]bool{}, now: 1000}
+	r := &fuzzRig{dc: eng.NewDecider(), snap: eng.Load(), vips: map[netip.Addr]map[string]bool{}, now: 1000}
 	cfg := cptest.Config(tb, benchTOML)
 	for _, rule := range cfg.Rules {
 		if r.vips[rule.VIP] == nil {
@@ -133,7 +133,7 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 	return seeds
 }
 
-// FuzzEngine feeds arbitrary bytes as frames through a worker and checks
+// FuzzEngine feeds arbitrary bytes as frames through a decider and checks
 // what must hold for any input:
 //
 //   - it never panics;
@@ -156,7 +156,7 @@ func FuzzEngine(f *testing.F) {
 		copy(buf[dataplane.Headroom:], in)
 		fr := dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(in)}
 		batch := []dataplane.Frame{fr}
-		r.w.Process(batch, r.now)
+		r.dc.Process(batch, r.now)
 		out := &batch[0]
 
 		// The oracle: what the frame is, decided without the engine. A

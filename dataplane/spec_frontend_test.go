@@ -232,7 +232,7 @@ func specDecideRaw(r *cptest.Rig, frame []byte) (dataplane.Decision, []byte, []b
 	copy(buf[dataplane.Headroom:], frame)
 	before := append([]byte(nil), buf...)
 	f := dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(frame)}
-	d := r.W.Decide(&f, r.Now)
+	d := r.D.Decide(&f, r.Now)
 	return d, before, buf
 }
 
@@ -249,7 +249,7 @@ func specBuild(tb testing.TB, ls ...gopacket.SerializableLayer) []byte {
 // specServiceDrops is a service's drop counter for a reason (0 before the
 // worker has seen the service).
 func specServiceDrops(r *cptest.Rig, id uint16, reason dataplane.Reason) uint64 {
-	if c := r.W.Stats().Service(id); c != nil {
+	if c := r.D.Stats().Service(id); c != nil {
 		return c.Drops[reason].Load()
 	}
 	return 0
@@ -307,7 +307,7 @@ func TestFR1_NonVIPTrafficPassesUntouched(t *testing.T) {
 	}
 	for _, tc := range pass {
 		t.Run("pass/"+tc.name, func(t *testing.T) {
-			passed := r.W.Stats().Pass.Load()
+			passed := r.D.Stats().Pass.Load()
 			d, before, after := specDecideRaw(r, tc.frame)
 			if d.Verdict != dataplane.VerdictPass {
 				t.Fatalf("verdict %s (reason %q, rule %v), want pass", d.Verdict, d.Reason, d.Rule)
@@ -318,7 +318,7 @@ func TestFR1_NonVIPTrafficPassesUntouched(t *testing.T) {
 			if d.Rule != nil || d.Service != nil || d.Backend != nil {
 				t.Errorf("a passed frame got rule %v service %v backend %v", d.Rule, d.Service, d.Backend)
 			}
-			if got := r.W.Stats().Pass.Load() - passed; got != 1 {
+			if got := r.D.Stats().Pass.Load() - passed; got != 1 {
 				t.Errorf("pass counter moved by %d, want 1", got)
 			}
 		})
@@ -500,13 +500,13 @@ func TestFR4_NoRuleIsDroppedAndCounted(t *testing.T) {
 		specPacket(c4, v4, packet.ProtoICMP, 0, 0, craft.FragNone),
 		specPacket(c4, v4, packet.ProtoTCP, 40000, 80, craft.FragMiddle),
 	} {
-		before := r.W.Stats().Drops[dataplane.ReasonNoRule].Load()
+		before := r.D.Stats().Drops[dataplane.ReasonNoRule].Load()
 		res := r.Send(p)
 		specDrop(t, res, dataplane.ReasonNoRule, fmt.Sprintf("packet %d", i))
 		if res.Out != nil {
 			t.Errorf("packet %d: a dropped packet has an output frame", i)
 		}
-		if got := r.W.Stats().Drops[dataplane.ReasonNoRule].Load() - before; got != 1 {
+		if got := r.D.Stats().Drops[dataplane.ReasonNoRule].Load() - before; got != 1 {
 			t.Errorf("packet %d: no-rule counter moved by %d, want 1", i, got)
 		}
 	}
@@ -623,7 +623,7 @@ func TestFR6_SourceRanges(t *testing.T) {
 	for i, tc := range cases {
 		t.Run(tc.src, func(t *testing.T) {
 			svc := specService(t, r, map[string]string{specVIP4: "s4", specVIP6: "s6"}[tc.dst])
-			before := r.W.Stats().Drops[dataplane.ReasonSourceNotAllowed].Load()
+			before := r.D.Stats().Drops[dataplane.ReasonSourceNotAllowed].Load()
 			svcBefore := specServiceDrops(r, svc.ID, dataplane.ReasonSourceNotAllowed)
 			res := r.Send(cptest.TCP(tc.src, tc.dst, uint16(40000+i), 443, "S"))
 			if tc.allowed {
@@ -632,7 +632,7 @@ func TestFR6_SourceRanges(t *testing.T) {
 				return
 			}
 			specDrop(t, res, dataplane.ReasonSourceNotAllowed, tc.src)
-			if got := r.W.Stats().Drops[dataplane.ReasonSourceNotAllowed].Load() - before; got != 1 {
+			if got := r.D.Stats().Drops[dataplane.ReasonSourceNotAllowed].Load() - before; got != 1 {
 				t.Errorf("source-not-allowed counter moved by %d, want 1", got)
 			}
 			if got := specServiceDrops(r, svc.ID, dataplane.ReasonSourceNotAllowed) - svcBefore; got != 1 {

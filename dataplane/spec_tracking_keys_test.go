@@ -718,13 +718,13 @@ func TestX3_BoundedTableEvicts(t *testing.T) {
 	if st.Evictions < flows-1024 {
 		t.Errorf("%d evictions for %d flows into 1024 slots, want at least %d", st.Evictions, flows, flows-1024)
 	}
-	if w := r.W.Stats().Evictions.Load(); w != st.Evictions || uint64(evicted) != st.Evictions {
+	if w := r.D.Stats().Evictions.Load(); w != st.Evictions || uint64(evicted) != st.Evictions {
 		t.Errorf("evictions: worker %d, decisions %d, table %d; want all equal", w, evicted, st.Evictions)
 	}
-	if d := r.W.Stats().Drops[dataplane.ReasonTableFull].Load(); d != 0 {
+	if d := r.D.Stats().Drops[dataplane.ReasonTableFull].Load(); d != 0 {
 		t.Errorf("%d table-full drops; a full table evicts", d)
 	}
-	if got := r.W.Stats().Forward.Load(); got != flows {
+	if got := r.D.Stats().Forward.Load(); got != flows {
 		t.Errorf("%d forwarded, want %d", got, flows)
 	}
 	// The most recent flows survive (least recently used go first).

@@ -2,7 +2,7 @@ package dataplane
 
 import "sync/atomic"
 
-// Stats are one worker's counters. The worker is the only writer: it counts
+// Stats are one Decider's counters. The decider is the only writer: it counts
 // a batch in plain memory and adds the batch to the atomics when the batch
 // ends (Process, Decide), with a load and a store per counter that changed.
 // An atomic store is a locked instruction (XCHG on amd64, a full fence), so
@@ -19,10 +19,10 @@ type Stats struct {
 
 	per atomic.Pointer[perObject]
 
-	b batchCounts // the worker's own; never read by other goroutines
+	b batchCounts // the decider's own; never read by other goroutines
 }
 
-// batchCounts are the counts of the batch in progress. Only the worker
+// batchCounts are the counts of the batch in progress. Only the decider
 // touches them; flush moves them into the shared counters.
 type batchCounts struct {
 	pass, forward, evictions uint64
@@ -167,7 +167,7 @@ func (s *Stats) count(d *Decision, length int) {
 	}
 }
 
-// add adds n to a counter only the worker writes: a load and a store, no
+// add adds n to a counter only the decider writes: a load and a store, no
 // read-modify-write instruction; nothing when n is 0.
 func add(c *atomic.Uint64, n uint64) {
 	if n != 0 {

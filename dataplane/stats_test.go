@@ -125,15 +125,15 @@ func TestStats_BatchCountsEqualFrameCounts(t *testing.T) {
 
 	// One frame at a time, on one engine.
 	engA, _ := benchEngine(t, conntrack.MinCapacity)
-	wa := engA.NewWorker()
+	dcA := engA.NewDecider()
 	for _, f := range frames {
 		buf := make([]byte, dataplane.Headroom+len(f)+dataplane.Headroom)
 		copy(buf[dataplane.Headroom:], f)
 		fr := dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(f)}
-		d := wa.Decide(&fr, benchClock())
+		d := dcA.Decide(&fr, benchClock())
 		want.add(&d, fr.Len) // bytes as sent, encapsulation included
 		// Decide's counters are current when it returns.
-		if got := wa.Stats().Pass.Load() + wa.Stats().Forward.Load(); got != want.pass+want.forward {
+		if got := dcA.Stats().Pass.Load() + dcA.Stats().Forward.Load(); got != want.pass+want.forward {
 			t.Fatalf("after Decide: pass+forward %d, want %d", got, want.pass+want.forward)
 		}
 	}
@@ -141,12 +141,12 @@ func TestStats_BatchCountsEqualFrameCounts(t *testing.T) {
 		want.drops[dataplane.ReasonNoRule] == 0 || want.drops[dataplane.ReasonSourceNotAllowed] == 0 {
 		t.Fatalf("frames do not cover every verdict: %+v", want)
 	}
-	want.check(t, "Decide", wa.Stats())
+	want.check(t, "Decide", dcA.Stats())
 
 	// The same frames as batches of up to 64, on a twin engine: the same
 	// decisions (same configuration, fresh table), counted per batch.
 	engB, _ := benchEngine(t, conntrack.MinCapacity)
-	wb := engB.NewWorker()
+	dcB := engB.NewDecider()
 	for start := 0; start < len(frames); start += benchBatch {
 		var batch []dataplane.Frame
 		for _, f := range frames[start:min(start+benchBatch, len(frames))] {
@@ -154,9 +154,9 @@ func TestStats_BatchCountsEqualFrameCounts(t *testing.T) {
 			copy(buf[dataplane.Headroom:], f)
 			batch = append(batch, dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(f)})
 		}
-		wb.Process(batch, benchClock())
+		dcB.Process(batch, benchClock())
 	}
-	want.check(t, "Process", wb.Stats())
+	want.check(t, "Process", dcB.Stats())
 }
 
 // TestStats_SlotReuseStartsFromZero: when a backend's slot passes to a new
@@ -194,7 +194,7 @@ backend_service = "web"
 		return res
 	}
 	a := send(3).Backend
-	if bc := r.W.Stats().Backend(a.Ref); bc == nil || bc.Forward.Load() != 3 || bc.NewConnections.Load() != 3 {
+	if bc := r.D.Stats().Backend(a.Ref); bc == nil || bc.Forward.Load() != 3 || bc.NewConnections.Load() != 3 {
 		t.Fatalf("backend a: counters %+v, want 3 forwarded, 3 new", bc)
 	}
 	// Remove a (draining 0: its slot is free at once), then add b.
@@ -204,10 +204,10 @@ backend_service = "web"
 	if b.Name != "b" || b.Ref.Slot() != a.Ref.Slot() || b.Ref == a.Ref {
 		t.Fatalf("precondition: b (%s, ref %#x) should take a's slot with a new generation (a: %#x)", b.Name, uint32(b.Ref), uint32(a.Ref))
 	}
-	if bc := r.W.Stats().Backend(b.Ref); bc == nil || bc.Forward.Load() != 2 || bc.NewConnections.Load() != 2 {
+	if bc := r.D.Stats().Backend(b.Ref); bc == nil || bc.Forward.Load() != 2 || bc.NewConnections.Load() != 2 {
 		t.Fatalf("backend b: counters %+v, want 2 forwarded, 2 new (a's 3 not carried over)", bc)
 	}
-	if bc := r.W.Stats().Backend(a.Ref); bc != nil {
+	if bc := r.D.Stats().Backend(a.Ref); bc != nil {
 		t.Fatalf("backend a: still has counters %+v after its slot changed hands", bc)
 	}
 }

@@ -1,8 +1,9 @@
 // Package core is `lbbench core`: the decision engine (parse, rules, keys,
-// shared conntrack, Maglev, rewrite, counters) over in-memory rings, with
-// 1..N workers each polling its own ring and one conntrack table shared by
-// all of them, as in production. Traffic comes from bench/flows, built
-// before the clock starts; a measured loop only feeds the ring and polls.
+// shared conntrack, Maglev, rewrite, counters) over in-memory frame ports
+// (dataplane.MemFramePort), with 1..N workers each polling its own port and
+// one conntrack table shared by all of them, as in production. Traffic comes
+// from bench/flows, built before the clock starts; a measured loop only
+// feeds the port and polls.
 //
 // What is measured, per case: packets per second (all workers, and per
 // worker), nanoseconds per packet in wall time and in the worker thread's
@@ -93,8 +94,8 @@ const (
 
 // Case is one measured configuration.
 type Case struct {
-	// Engine false is the baseline: the rings alone (copy and completion
-	// of each frame), no engine.
+	// Engine false is the baseline ("ring only"): the frame ports alone
+	// (copy and completion of each frame), no engine.
 	Engine     bool    `json:"engine"`
 	Mix        string  `json:"mix"`
 	Flows      int     `json:"live_flows"`

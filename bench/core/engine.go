@@ -122,11 +122,11 @@ func (b *bed) prefill(n, workers int) (Prefill, error) {
 		Entries: b.eng.Conntrack().Len(), Evictions: st.Evictions}, nil
 }
 
-// open sends the SYNs of live flows [lo, hi) through a worker of its own.
+// open sends the SYNs of live flows [lo, hi) through a decider of its own.
 func (b *bed) open(lo, hi int) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	w := b.eng.NewWorker()
+	dc := b.eng.NewDecider()
 	t := &flows.DefaultTargets
 	size := 0 // headers only: the payload does not matter to a SYN's decision
 	bufs := make([][]byte, batch)
@@ -142,7 +142,7 @@ func (b *bed) open(lo, hi int) error {
 			fr := t.Put(bufs[j][dataplane.Headroom:], f, size)
 			frames[j] = dataplane.Frame{Buf: bufs[j], Off: dataplane.Headroom, Len: len(fr)}
 		}
-		w.Process(frames[:n], clock())
+		dc.Process(frames[:n], clock())
 		for j := range n {
 			if frames[j].Verdict != dataplane.VerdictForward {
 				return fmt.Errorf("SYN of live flow %d: %v %v", start+j, frames[j].Verdict, frames[j].Reason)
@@ -152,14 +152,14 @@ func (b *bed) open(lo, hi int) error {
 	return nil
 }
 
-// newConnections sums a worker's new connections over every service.
-func newConnections(w *dataplane.Worker, snap *dataplane.Snapshot) uint64 {
+// newConnections sums a decider's new connections over every service.
+func newConnections(dc *dataplane.Decider, snap *dataplane.Snapshot) uint64 {
 	var n uint64
 	for _, s := range snap.Services {
 		if s == nil {
 			continue
 		}
-		if c := w.Stats().Service(s.ID); c != nil {
+		if c := dc.Stats().Service(s.ID); c != nil {
 			n += c.NewConnections.Load()
 		}
 	}

@@ -9,19 +9,19 @@ import (
 	"xlb/dataplane"
 )
 
-// batch is the frames a worker takes from its ring per poll, as in
+// batch is the frames a worker takes from its port per poll, as in
 // production (the engine decides up to 64 at once).
 const batch = 64
 
-// run is one measurement: workers polling their own rings in parallel for
+// run is one measurement: workers polling their own ports in parallel for
 // a duration.
 type run struct {
-	bed     *bed          // nil: ring only (no engine)
-	frames  [][][]byte    // per worker
-	dur     time.Duration // measured time
-	onStart func()        // called as the window opens (a CPU profile); its allocations count
-	rings   []*dataplane.MemRing
-	workers []*dataplane.Worker
+	bed      *bed          // nil: the "ring only" baseline (no engine)
+	frames   [][][]byte    // per worker
+	dur      time.Duration // measured time
+	onStart  func()        // called as the window opens (a CPU profile); its allocations count
+	ports    []*dataplane.MemFramePort
+	deciders []*dataplane.Decider
 }
 
 // sample is what one measurement found.
@@ -49,12 +49,12 @@ type workerResult struct {
 // done: nothing else runs then.
 func (r *run) measure() (sample, error) {
 	n := len(r.frames)
-	r.rings = make([]*dataplane.MemRing, n)
-	r.workers = make([]*dataplane.Worker, n)
+	r.ports = make([]*dataplane.MemFramePort, n)
+	r.deciders = make([]*dataplane.Decider, n)
 	for w := range n {
-		r.rings[w] = dataplane.NewMemRing(r.frames[w], batch)
+		r.ports[w] = dataplane.NewMemFramePort(r.frames[w], batch)
 		if r.bed != nil {
-			r.workers[w] = r.bed.eng.NewWorker()
+			r.deciders[w] = r.bed.eng.NewDecider()
 		}
 	}
 	var snap *dataplane.Snapshot
@@ -71,13 +71,13 @@ func (r *run) measure() (sample, error) {
 			defer done.Done()
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			ring, wk := r.rings[w], r.workers[w]
+			port, dc := r.ports[w], r.deciders[w]
 			frames := make([]dataplane.Frame, batch)
 			poll := func(now int64) int {
-				if wk != nil {
-					return wk.Poll(ring, frames, now)
+				if dc != nil {
+					return dc.Poll(port, frames, now)
 				}
-				return ringOnly(ring, frames)
+				return portOnly(port, frames)
 			}
 			for warm := 0; warm < len(r.frames[w]) || warm < 4*batch; {
 				warm += poll(clock())
@@ -105,14 +105,14 @@ func (r *run) measure() (sample, error) {
 	}
 	ready.Wait()
 	var new0 uint64
-	for _, wk := range r.workers {
-		if wk != nil {
-			new0 += newConnections(wk, snap)
+	for _, dc := range r.deciders {
+		if dc != nil {
+			new0 += newConnections(dc, snap)
 		}
 	}
 	rx0 := make([]uint64, n)
-	for w, ring := range r.rings {
-		rx0[w] = ring.Received
+	for w, port := range r.ports {
+		rx0[w] = port.Received
 	}
 	// The first stop-the-world may start an OS thread for the idle P (the
 	// workers hold theirs, locked), and creating one allocates in the
@@ -135,13 +135,13 @@ func (r *run) measure() (sample, error) {
 		if res[w].wall > 0 {
 			s.mpps += float64(res[w].pkts) / res[w].wall.Seconds() / 1e6
 		}
-		ring := r.rings[w]
-		if ring.Forwarded != ring.Received {
+		port := r.ports[w]
+		if port.Forwarded != port.Received {
 			return s, fmt.Errorf("worker %d forwarded %d of %d frames (passed %d, dropped %d)%s",
-				w, ring.Forwarded, ring.Received, ring.Passed, ring.Dropped, dropReasons(r.workers[w]))
+				w, port.Forwarded, port.Received, port.Passed, port.Dropped, dropReasons(r.deciders[w]))
 		}
-		if got := ring.Received - rx0[w]; got != res[w].pkts {
-			return s, fmt.Errorf("worker %d: ring received %d in the window, worker counted %d", w, got, res[w].pkts)
+		if got := port.Received - rx0[w]; got != res[w].pkts {
+			return s, fmt.Errorf("worker %d: port received %d in the window, worker counted %d", w, got, res[w].pkts)
 		}
 	}
 	if s.packets == 0 {
@@ -150,33 +150,33 @@ func (r *run) measure() (sample, error) {
 	s.allocs = m1.Mallocs - m0.Mallocs
 	s.wallNs = 1000 * float64(n) / s.mpps
 	s.cpuNs = float64(s.cpu.Nanoseconds()) / float64(s.packets)
-	for _, wk := range r.workers {
-		if wk != nil {
-			s.newConn += newConnections(wk, snap)
+	for _, dc := range r.deciders {
+		if dc != nil {
+			s.newConn += newConnections(dc, snap)
 		}
 	}
 	s.newConn -= new0
 	return s, nil
 }
 
-// ringOnly is the baseline: the ring's copy of each frame and its
-// completion, every frame forwarded, no engine.
-func ringOnly(ring *dataplane.MemRing, frames []dataplane.Frame) int {
-	n := ring.Receive(frames)
+// portOnly is the "ring only" baseline: the port's copy of each frame and
+// its completion, every frame forwarded, no engine.
+func portOnly(port *dataplane.MemFramePort, frames []dataplane.Frame) int {
+	n := port.Receive(frames)
 	for i := range n {
 		frames[i].Verdict = dataplane.VerdictForward
 	}
-	ring.Complete(frames[:n])
+	port.Complete(frames[:n])
 	return n
 }
 
-func dropReasons(w *dataplane.Worker) string {
-	if w == nil {
+func dropReasons(dc *dataplane.Decider) string {
+	if dc == nil {
 		return ""
 	}
 	s := ""
 	for r := range dataplane.NumReasons {
-		if n := w.Stats().Drops[r].Load(); n > 0 {
+		if n := dc.Stats().Drops[r].Load(); n > 0 {
 			s += fmt.Sprintf(" %v=%d", dataplane.Reason(r), n)
 		}
 	}

@@ -226,7 +226,7 @@ func (res *Result) notes() []string {
 			"Production pins one worker per dedicated core, with its NIC queue's IRQ.", cores),
 		"ns/pkt is wall time per packet and worker (1000 / Mpps per core); CPU ns/pkt is the worker threads' own CPU time " +
 			"(getrusage RUSAGE_THREAD), which time slices given to other processes do not inflate; the targets use it.",
-		"Each worker polls its own dataplane.MemRing, which copies every frame into a buffer with headroom as a NIC writes " +
+		"Each worker polls its own dataplane.MemFramePort, which copies every frame into a buffer with headroom as a NIC writes " +
 			"into umem: that copy is in every figure ('ring only' is the copy alone). Frames are built before the clock starts " +
 			"(bench/flows); the engine's clock is read once per batch of 64.",
 		fmt.Sprintf("Replay: a case replays up to %s distinct flows (half the live flows, those of one family), sampled at random "+

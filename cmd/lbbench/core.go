@@ -11,7 +11,7 @@ import (
 	"xlb/bench/report"
 )
 
-// runCore is `lbbench core`: the decision engine over in-memory rings
+// runCore is `lbbench core`: the decision engine over in-memory frame ports
 // (bench/core).
 func runCore(args []string, c *common, stderr io.Writer) (report.Report, error) {
 	fs := flag.NewFlagSet("core", flag.ContinueOnError)
@@ -30,7 +30,7 @@ func runCore(args []string, c *common, stderr io.Writer) (report.Report, error) 
 	fs.BoolVar(&noProfile, "noprofile", false, "take no CPU profile (a full run takes one and summarises it with go tool pprof)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "usage: lbbench core [flags]\n\n"+
-			"The engine over in-memory rings, 1..N workers sharing one conntrack: Mpps per core,\n"+
+			"The engine over in-memory frame ports, 1..N workers sharing one conntrack: Mpps per core,\n"+
 			"ns/packet (wall and thread CPU), allocations, against live flows, mixes and frame sizes.\n\n")
 		fs.PrintDefaults()
 	}

@@ -21,8 +21,8 @@ import (
 const usage = `usage: lbbench <command> [flags]
 
 commands:
-  core     the decision engine over in-memory rings: 1..N workers, a shared
-           conntrack, flow mixes; Mpps per core, ns/packet, allocations,
+  core     the decision engine over in-memory frame ports: 1..N workers, a
+           shared conntrack, flow mixes; Mpps per core, ns/packet, allocations,
            cost against live flows
   xdp      (root) real frames through xlb on a namespace topology, next to an
            AF_XDP reflector, an in-kernel XDP forwarder and nftables DNAT;

@@ -35,7 +35,7 @@ type ctlSources struct {
 }
 
 func (s *ctlSources) Status() *admin.Report {
-	return admin.Gather(admin.Inputs{Snapshot: s.rig.CP.Snapshot(), Workers: []admin.QueueStats{{Queue: 0, Stats: s.rig.W.Stats()}},
+	return admin.Gather(admin.Inputs{Snapshot: s.rig.CP.Snapshot(), Workers: []admin.QueueStats{{Queue: 0, Stats: s.rig.D.Stats()}},
 		Conntrack: s.rig.Conntrack(), Now: s.rig.Now,
 		Reloads: &admin.ReloadReport{Success: 3, Failure: 1, Last: &admin.LastReload{At: "2026-01-02T03:04:05Z", OK: true}}})
 }

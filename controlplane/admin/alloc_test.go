@@ -9,7 +9,7 @@ import (
 
 // TestProcessDoesNotAllocateWithCollector: with the collector registered
 // and scraped (so any lazy state it could leave on the workers exists),
-// Worker.Process still allocates nothing per batch. The collector only
+// Decider.Process still allocates nothing per batch. The collector only
 // reads the workers' atomics; this guards against it ever doing more.
 func TestProcessDoesNotAllocateWithCollector(t *testing.T) {
 	r, src := newRig(t)
@@ -22,14 +22,14 @@ func TestProcessDoesNotAllocateWithCollector(t *testing.T) {
 	}
 	orig := make([]dataplane.Frame, len(batch))
 	copy(orig, batch)
-	r.W.Process(batch, r.Now)
+	r.D.Process(batch, r.Now)
 	base := startServer(t, src)
 	got, _ := scrape(t, base)
 	expect(t, got, map[string]float64{`xlb_queue_rx_packets_total{queue="0"}`: 5})
 
 	allocs := testing.AllocsPerRun(100, func() {
 		copy(batch, orig) // the rewrite is in place; lengths and offsets do not change for L2_DSR
-		r.W.Process(batch, r.Now)
+		r.D.Process(batch, r.Now)
 	})
 	if allocs != 0 {
 		t.Errorf("Process allocated %v times per batch with the collector registered", allocs)

@@ -100,7 +100,7 @@ backend_service = "api"
 // does not.
 func TestW1a_WeightFallbackExported(t *testing.T) {
 	r := cptest.New(t, weightedToml)
-	src := &rigSources{rig: r, workers: []admin.QueueStats{{Queue: 0, Stats: r.W.Stats()}}}
+	src := &rigSources{rig: r, workers: []admin.QueueStats{{Queue: 0, Stats: r.D.Stats()}}}
 	base := startServer(t, src)
 	for _, n := range []string{"w1", "w2", "w3"} {
 		r.Health(n, true)

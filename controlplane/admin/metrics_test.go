@@ -20,17 +20,17 @@ import (
 // the SYNs (the new connections).
 func traffic(t *testing.T, r *cptest.Rig, src *rigSources) (q0, q3, fresh sent) {
 	t.Helper()
-	w3 := r.M.Engine().NewWorker()
-	src.workers = append(src.workers, admin.QueueStats{Queue: 3, Stats: w3.Stats()})
+	dc3 := r.M.Engine().NewDecider()
+	src.workers = append(src.workers, admin.QueueStats{Queue: 3, Stats: dc3.Stats()})
 
 	var syns []craft.Packet
 	for i := range 10 {
 		syns = append(syns, cptest.TCP(fmt.Sprintf("100.64.0.%d", i+1), vip, 40000, 80, "S"))
 	}
-	process(t, r, r.W, &q0, syns...)
+	process(t, r, r.D, &q0, syns...)
 	// Every SYN opens a connection; the ACK after it does not.
 	fresh.backend = clone(q0.backend)
-	process(t, r, r.W, &q0,
+	process(t, r, r.D, &q0,
 		cptest.TCP("100.64.0.1", vip, 40000, 80, "A"),
 		cptest.TCP("100.64.0.1", vip, 40000, 81, "S"),
 		cptest.TCP("100.64.0.1", "198.51.100.1", 40000, 80, "S"))
@@ -40,7 +40,7 @@ func traffic(t *testing.T, r *cptest.Rig, src *rigSources) (q0, q3, fresh sent) 
 		dns = append(dns, cptest.UDP(fmt.Sprintf("100.64.1.%d", i+1), vip, 5353, 53))
 	}
 	// UDP without affinity is not tracked (T1, CT3): no new connections.
-	process(t, r, w3, &q3, append(dns, cptest.UDP("100.64.1.1", vip, 5353, 54))...)
+	process(t, r, dc3, &q3, append(dns, cptest.UDP("100.64.1.1", vip, 5353, 54))...)
 	return q0, q3, fresh
 }
 
@@ -230,11 +230,11 @@ func TestMetricsEmpty(t *testing.T) {
 // skipped.
 func TestMetricsQueueLabels(t *testing.T) {
 	r, src := newRig(t)
-	w2 := r.M.Engine().NewWorker()
-	src.workers = []admin.QueueStats{{Queue: 7, Stats: r.W.Stats()}, {Queue: 7, Stats: w2.Stats()}, {Queue: 2, Stats: nil}}
+	dc2 := r.M.Engine().NewDecider()
+	src.workers = []admin.QueueStats{{Queue: 7, Stats: r.D.Stats()}, {Queue: 7, Stats: dc2.Stats()}, {Queue: 2, Stats: nil}}
 	var s sent
-	process(t, r, r.W, &s, cptest.TCP("100.64.0.1", vip, 40000, 80, "S"))
-	process(t, r, w2, &s, cptest.TCP("100.64.0.2", vip, 40000, 80, "S"), cptest.TCP("100.64.0.3", vip, 40000, 80, "S"))
+	process(t, r, r.D, &s, cptest.TCP("100.64.0.1", vip, 40000, 80, "S"))
+	process(t, r, dc2, &s, cptest.TCP("100.64.0.2", vip, 40000, 80, "S"), cptest.TCP("100.64.0.3", vip, 40000, 80, "S"))
 	got, _ := scrape(t, startServer(t, src))
 	var queues []string
 	for k := range got {

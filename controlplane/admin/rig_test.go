@@ -75,7 +75,7 @@ func opErr(err error) error {
 func newRig(t *testing.T) (*cptest.Rig, *rigSources) {
 	t.Helper()
 	r := cptest.New(t, rigToml)
-	return r, &rigSources{rig: r, workers: []admin.QueueStats{{Queue: 0, Stats: r.W.Stats()}},
+	return r, &rigSources{rig: r, workers: []admin.QueueStats{{Queue: 0, Stats: r.D.Stats()}},
 		runtime: &admin.Runtime{Interface: "xa0", XDPMode: "native", Queues: []admin.QueueRuntime{{Queue: 0, BindMode: "copy"}}},
 		reloads: &admin.ReloadReport{}, health: admin.NewHealthMetrics()}
 }
@@ -118,7 +118,7 @@ type sent struct {
 
 // process sends packets through w as one batch (as an AF_XDP worker does)
 // and tallies the verdicts into tally.
-func process(t *testing.T, r *cptest.Rig, w *dataplane.Worker, tally *sent, ps ...craft.Packet) {
+func process(t *testing.T, r *cptest.Rig, w *dataplane.Decider, tally *sent, ps ...craft.Packet) {
 	t.Helper()
 	fs := make([]dataplane.Frame, len(ps))
 	for i, p := range ps {

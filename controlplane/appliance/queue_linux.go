@@ -20,7 +20,7 @@ type queue struct {
 	num    int
 	cpu    int // -1: not pinned
 	socket *afxdp.Socket
-	ring   *afxdp.Ring
+	ring   *afxdp.FramePort
 	worker *worker.Worker
 }
 
@@ -52,7 +52,7 @@ func (s *stack) openQueues() error {
 			return privErr(fmt.Sprintf("AF_XDP socket on queue %d", q.num), err)
 		}
 		q.socket = sock
-		if q.ring, err = afxdp.NewRing(sock, workerBatch); err != nil {
+		if q.ring, err = afxdp.NewFramePort(sock, workerBatch); err != nil {
 			return fmt.Errorf("queue %d: %w", q.num, err)
 		}
 		if err := s.objs.RegisterSocket(q.num, sock.FD()); err != nil {

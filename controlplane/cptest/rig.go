@@ -27,12 +27,13 @@ func Config(tb testing.TB, text string) *config.Config {
 	return cfg
 }
 
-// Rig runs one control plane and one worker; Now is the virtual clock (ms).
+// Rig runs one control plane and one decider (D); Now is the virtual clock
+// (ms).
 type Rig struct {
 	TB  testing.TB
 	M   *sim.Machine
 	CP  *controlplane.ControlPlane
-	W   *dataplane.Worker
+	D   *dataplane.Decider
 	Now int64
 }
 
@@ -44,7 +45,7 @@ func New(tb testing.TB, text string) *Rig {
 	if err != nil {
 		tb.Fatalf("sim: %v", err)
 	}
-	return &Rig{TB: tb, M: m, CP: m.ControlPlane(), W: m.Worker()}
+	return &Rig{TB: tb, M: m, CP: m.ControlPlane(), D: m.Decider()}
 }
 
 // At sets the clock in seconds and returns the rig.
@@ -83,7 +84,7 @@ func (r *Rig) SendFrame(frame []byte) *Result {
 	buf := make([]byte, dataplane.Headroom+len(frame)+dataplane.Headroom)
 	copy(buf[dataplane.Headroom:], frame)
 	f := dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(frame)}
-	d := r.W.Decide(&f, r.Now)
+	d := r.D.Decide(&f, r.Now)
 	res := &Result{Decision: d, In: frame}
 	if d.Verdict == dataplane.VerdictForward {
 		res.Out = append([]byte(nil), f.Data()...)

@@ -102,7 +102,7 @@ func Explain(cfg *config.Config, req *Request) (*Report, error) {
 	buf := make([]byte, dataplane.Headroom+len(frame)+64)
 	copy(buf[dataplane.Headroom:], frame)
 	f := dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(frame)}
-	d := eng.NewWorker().Decide(&f, 0)
+	d := eng.NewDecider().Decide(&f, 0)
 	return report(cp.Snapshot(), &req.Packet, &d), nil
 }
 

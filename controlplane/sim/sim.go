@@ -33,14 +33,14 @@ type Result struct {
 	Steered bool   `json:"icmp_steered,omitempty"`
 }
 
-// Machine is a running simulation: a control plane, an engine and one worker
+// Machine is a running simulation: a control plane, an engine and one decider
 // on a virtual clock.
 type Machine struct {
-	cp     *controlplane.ControlPlane
-	engine *dataplane.Engine
-	worker *dataplane.Worker
-	dir    string
-	buf    []byte
+	cp      *controlplane.ControlPlane
+	engine  *dataplane.Engine
+	decider *dataplane.Decider
+	dir     string
+	buf     []byte
 	// Warn receives non-fatal problems (rejected reloads, unknown backends).
 	Warn io.Writer
 }
@@ -81,15 +81,15 @@ func New(cfg *config.Config, dir string) (*Machine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Machine{cp: cp, engine: eng, worker: eng.NewWorker(), dir: dir,
+	return &Machine{cp: cp, engine: eng, decider: eng.NewDecider(), dir: dir,
 		buf: make([]byte, 4096), Warn: io.Discard}, nil
 }
 
 // ControlPlane returns the simulation's control plane.
 func (m *Machine) ControlPlane() *controlplane.ControlPlane { return m.cp }
 
-// Worker returns the simulation's worker.
-func (m *Machine) Worker() *dataplane.Worker { return m.worker }
+// Decider returns the simulation's decider.
+func (m *Machine) Decider() *dataplane.Decider { return m.decider }
 
 // Engine returns the simulation's engine (its conntrack table, for tests).
 func (m *Machine) Engine() *dataplane.Engine { return m.engine }
@@ -136,7 +136,7 @@ func (m *Machine) packet(ev *Event, now int64) (*Result, error) {
 	}
 	copy(m.buf[dataplane.Headroom:], frame)
 	f := dataplane.Frame{Buf: m.buf[:need], Off: dataplane.Headroom, Len: len(frame)}
-	d := m.worker.Decide(&f, now)
+	d := m.decider.Decide(&f, now)
 	r := &Result{ID: ev.Packet.ID, T: json.Number(ev.TText), Verdict: d.Verdict.String()}
 	if d.Rule != nil {
 		r.Rule = d.Rule.Name

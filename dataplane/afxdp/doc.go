@@ -37,15 +37,15 @@
 //	d.Len += uint32(n)
 //	s.Transmit(descs)
 //
-// Ring does this for the decision engine: its frames are whole chunks
+// FramePort does this for the decision engine: its frames are whole chunks
 // (dataplane.Frame.Buf) with Off at the received frame, and Complete sends
 // each forwarded frame from its final Off/Len.
 //
 // # Worker loop
 //
-//	r, _ := afxdp.NewRing(s, batch)
+//	port, _ := afxdp.NewFramePort(s, batch)
 //	for running {
-//		if w.Poll(r, frames, now) > 0 { idle = 0; continue }
+//		if decider.Poll(port, frames, now) > 0 { idle = 0; continue }
 //		idle++
 //		if idle < spins {
 //			s.Poll(0) // a syscall only if the kernel set need-wakeup

@@ -263,14 +263,15 @@ func TestKernel_ReceiveTransmit(t *testing.T) {
 	}
 }
 
-// TestKernel_Ring: the dataplane.Ring adapter against the kernel. Of every
-// four frames: one is forwarded after "encapsulation" (a new Ethernet
-// header written into the headroom, Off moved back), one forwarded as is,
-// one dropped, one passed; the peer sees exactly the two forwarded ones.
-func TestKernel_Ring(t *testing.T) {
+// TestKernel_FramePort: the dataplane.FramePort adapter against the kernel.
+// Of every four frames: one is forwarded after "encapsulation" (a new
+// Ethernet header written into the headroom, Off moved back), one forwarded
+// as is, one dropped, one passed; the peer sees exactly the two forwarded
+// ones.
+func TestKernel_FramePort(t *testing.T) {
 	e := newEnv(t, link.XDPDriverMode)
 	s := e.socket(t, DefaultOpts())
-	r, err := NewRing(s, 64)
+	fp, err := NewFramePort(s, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,14 +285,14 @@ func TestKernel_Ring(t *testing.T) {
 	got := 0
 	deadline := time.Now().Add(3 * time.Second)
 	for got < n && time.Now().Before(deadline) {
-		m := r.Receive(frames[got:])
+		m := fp.Receive(frames[got:])
 		got += m
 		if m == 0 {
 			_, _ = s.Poll(10 * time.Millisecond)
 		}
 	}
 	if got != n {
-		t.Fatalf("Ring.Receive got %d of %d frames", got, n)
+		t.Fatalf("FramePort.Receive got %d of %d frames", got, n)
 	}
 	outer := make([]byte, 14)
 	copy(outer[0:6], e.veth.pMAC)
@@ -325,7 +326,7 @@ func TestKernel_Ring(t *testing.T) {
 			f.Verdict = dataplane.VerdictPass
 		}
 	}
-	r.Complete(frames[:n])
+	fp.Complete(frames[:n])
 	captured := e.capture(t, len(want), 3*time.Second)
 	if len(captured) != len(want) {
 		t.Fatalf("peer captured %d frames, want %d", len(captured), len(want))
@@ -338,12 +339,12 @@ func TestKernel_Ring(t *testing.T) {
 	if extra := e.capture(t, 1, 100*time.Millisecond); len(extra) != 0 {
 		t.Errorf("peer captured a frame that was dropped or passed: % x", extra[0])
 	}
-	if c := r.Counters(); c != (RingCounters{Passed: n / 4, Dropped: n / 4}) {
-		t.Errorf("ring counters %+v, want %d passed and %d dropped", c, n/4, n/4)
+	if c := fp.Counters(); c != (FramePortCounters{Passed: n / 4, Dropped: n / 4}) {
+		t.Errorf("port counters %+v, want %d passed and %d dropped", c, n/4, n/4)
 	}
 	// Every frame comes back: completed or recycled.
 	completeAll(t, s, uint64(len(want)))
-	r.Receive(frames)
+	fp.Receive(frames)
 	if _, err := s.Stats(); err != nil {
 		t.Fatal(err)
 	}

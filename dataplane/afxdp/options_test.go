@@ -69,8 +69,8 @@ func TestOpts_Rejected(t *testing.T) {
 			t.Errorf("New(%d, %d) = %v, want ErrInvalidOpts naming %q", tc.ifindex, tc.queue, err, tc.want)
 		}
 	}
-	if _, err := NewRing(nil, 0); !errors.Is(err, ErrInvalidOpts) {
-		t.Errorf("NewRing(batch 0) = %v, want ErrInvalidOpts", err)
+	if _, err := NewFramePort(nil, 0); !errors.Is(err, ErrInvalidOpts) {
+		t.Errorf("NewFramePort(batch 0) = %v, want ErrInvalidOpts", err)
 	}
 }
 

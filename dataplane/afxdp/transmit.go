@@ -70,7 +70,7 @@ func (s *Socket) kick() {
 // Complete moves the frames the kernel has finished sending from the
 // completion ring back onto the free stack, and retries a TX wakeup the
 // kernel refused earlier. It returns how many frames came back. Call it once
-// per worker iteration (Ring.Receive does).
+// per worker iteration (FramePort.Receive does).
 func (s *Socket) Complete() int {
 	if s.closed {
 		return 0

@@ -13,14 +13,14 @@ type nopPoller struct{}
 func (nopPoller) Poll(time.Duration) (bool, error) { return false, nil }
 
 // TestRound_ZeroAllocs: a round allocates nothing, with a full batch
-// forwarded, with an empty ring spinning, and asleep.
+// forwarded, with an empty port spinning, and asleep.
 func TestRound_ZeroAllocs(t *testing.T) {
 	eng := testEngine(t)
-	busy := dataplane.NewMemRing(udpFrames(t, 64), DefaultBatch)
-	quiet := dataplane.NewMemRing(nil, DefaultBatch)
+	busy := dataplane.NewMemFramePort(udpFrames(t, 64), DefaultBatch)
+	quiet := dataplane.NewMemFramePort(nil, DefaultBatch)
 	for _, tc := range []struct {
 		name string
-		ring *dataplane.MemRing
+		port *dataplane.MemFramePort
 		spin time.Duration
 		want func(c Counters) bool
 	}{
@@ -29,7 +29,7 @@ func TestRound_ZeroAllocs(t *testing.T) {
 		{"asleep", quiet, time.Nanosecond, func(c Counters) bool { return c.Sleeps > 0 && c.Frames == 0 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w, err := New(eng, tc.ring, nopPoller{}, Config{CPU: -1, Spin: tc.spin})
+			w, err := New(eng, tc.port, nopPoller{}, Config{CPU: -1, Spin: tc.spin})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,16 +51,16 @@ func TestRound_ZeroAllocs(t *testing.T) {
 		})
 	}
 	if busy.Forwarded == 0 || busy.Dropped+busy.Passed != 0 {
-		t.Errorf("busy ring: %d forwarded, %d passed, %d dropped; want all forwarded", busy.Forwarded, busy.Passed, busy.Dropped)
+		t.Errorf("busy port: %d forwarded, %d passed, %d dropped; want all forwarded", busy.Forwarded, busy.Passed, busy.Dropped)
 	}
 }
 
 // BenchmarkRound is one round of 64 forwarded UDP frames through a
-// MemRing: the loop's own cost on top of the engine.
+// MemFramePort: the loop's own cost on top of the engine.
 func BenchmarkRound(b *testing.B) {
 	eng := testEngine(b)
-	ring := dataplane.NewMemRing(udpFrames(b, 64), DefaultBatch)
-	w, err := New(eng, ring, nopPoller{}, Config{CPU: -1})
+	port := dataplane.NewMemFramePort(udpFrames(b, 64), DefaultBatch)
+	w, err := New(eng, port, nopPoller{}, Config{CPU: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -70,5 +70,5 @@ func BenchmarkRound(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(ring.Received), "ns/frame")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(port.Received), "ns/frame")
 }

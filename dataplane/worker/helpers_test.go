@@ -78,40 +78,40 @@ func udpFrames(tb testing.TB, n int) [][]byte {
 	return out
 }
 
-// fakeRing hands out frames from a MemRing while its budget lasts, then
+// fakePort hands out frames from a MemFramePort while its budget lasts, then
 // nothing, as a quiet queue does.
-type fakeRing struct {
-	mem  *dataplane.MemRing
+type fakePort struct {
+	mem  *dataplane.MemFramePort
 	left atomic.Int64 // frames still to deliver
 	// completed counts frames by verdict (atomics: read by the test).
 	forwarded, passed, dropped atomic.Uint64
 }
 
-func newFakeRing(frames [][]byte, batch int, budget int64) *fakeRing {
-	r := &fakeRing{mem: dataplane.NewMemRing(frames, batch)}
-	r.left.Store(budget)
-	return r
+func newFakePort(frames [][]byte, batch int, budget int64) *fakePort {
+	fp := &fakePort{mem: dataplane.NewMemFramePort(frames, batch)}
+	fp.left.Store(budget)
+	return fp
 }
 
-func (r *fakeRing) Receive(frames []dataplane.Frame) int {
-	left := r.left.Load()
+func (fp *fakePort) Receive(frames []dataplane.Frame) int {
+	left := fp.left.Load()
 	if left <= 0 {
 		return 0
 	}
-	n := r.mem.Receive(frames[:min(int64(len(frames)), left)])
-	r.left.Add(-int64(n))
+	n := fp.mem.Receive(frames[:min(int64(len(frames)), left)])
+	fp.left.Add(-int64(n))
 	return n
 }
 
-func (r *fakeRing) Complete(frames []dataplane.Frame) {
+func (fp *fakePort) Complete(frames []dataplane.Frame) {
 	for i := range frames {
 		switch frames[i].Verdict {
 		case dataplane.VerdictForward:
-			r.forwarded.Add(1)
+			fp.forwarded.Add(1)
 		case dataplane.VerdictPass:
-			r.passed.Add(1)
+			fp.passed.Add(1)
 		default:
-			r.dropped.Add(1)
+			fp.dropped.Add(1)
 		}
 	}
 }

@@ -70,14 +70,14 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// Worker polls one ring. Run belongs to one goroutine; Stats and Counters
+// Worker polls one port. Run belongs to one goroutine; Stats and Counters
 // may be read from any.
 type Worker struct {
-	cfg    Config
-	ring   dataplane.Ring
-	poller Poller
-	dp     *dataplane.Worker
-	frames []dataplane.Frame
+	cfg     Config
+	port    dataplane.FramePort
+	poller  Poller
+	decider *dataplane.Decider
+	frames  []dataplane.Frame
 
 	idle      bool  // the last round received nothing
 	idleSince int64 // ns, when the current idle stretch began
@@ -97,22 +97,22 @@ type Counters struct {
 	Sleeps  uint64 // empty rounds that slept in Poller.Poll
 }
 
-// New returns a worker deciding ring's frames with engine, waiting on
+// New returns a worker deciding port's frames with engine, waiting on
 // poller when idle. It wraps ErrConfig for a bad Config.
-func New(engine *dataplane.Engine, ring dataplane.Ring, poller Poller, cfg Config) (*Worker, error) {
+func New(engine *dataplane.Engine, port dataplane.FramePort, poller Poller, cfg Config) (*Worker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	if engine == nil || ring == nil || poller == nil {
-		return nil, fmt.Errorf("%w: queue %d: engine, ring and poller are required", ErrConfig, cfg.Queue)
+	if engine == nil || port == nil || poller == nil {
+		return nil, fmt.Errorf("%w: queue %d: engine, port and poller are required", ErrConfig, cfg.Queue)
 	}
 	return &Worker{
-		cfg:    cfg,
-		ring:   ring,
-		poller: poller,
-		dp:     engine.NewWorker(),
-		frames: make([]dataplane.Frame, cfg.Batch),
+		cfg:     cfg,
+		port:    port,
+		poller:  poller,
+		decider: engine.NewDecider(),
+		frames:  make([]dataplane.Frame, cfg.Batch),
 	}, nil
 }
 
@@ -123,7 +123,7 @@ func (w *Worker) Queue() int { return w.cfg.Queue }
 func (w *Worker) CPU() int { return w.cfg.CPU }
 
 // Stats are the engine's counters of this worker.
-func (w *Worker) Stats() *dataplane.Stats { return w.dp.Stats() }
+func (w *Worker) Stats() *dataplane.Stats { return w.decider.Stats() }
 
 // Counters returns the loop's counters.
 func (w *Worker) Counters() Counters {
@@ -165,7 +165,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // spinning or sleeping by how long the worker has been idle.
 func (w *Worker) round() error {
 	now := nowNs()
-	if n := w.dp.Poll(w.ring, w.frames, now/int64(time.Millisecond)); n > 0 {
+	if n := w.decider.Poll(w.port, w.frames, now/int64(time.Millisecond)); n > 0 {
 		w.idle = false
 		// Single writer: a load and a store, no locked read-modify-write.
 		w.c.batches.Store(w.c.batches.Load() + 1)

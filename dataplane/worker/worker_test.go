@@ -40,30 +40,30 @@ func start(t *testing.T, w *Worker, limit time.Duration) (stop func() error) {
 	return stop
 }
 
-// TestRun_FramesFlow: frames go from the ring through the engine and back,
+// TestRun_FramesFlow: frames go from the port through the engine and back,
 // forwarded to a configured backend MAC, and every counter agrees.
 func TestRun_FramesFlow(t *testing.T) {
 	const total = 1000
-	ring := newFakeRing(udpFrames(t, 37), DefaultBatch, total)
+	port := newFakePort(udpFrames(t, 37), DefaultBatch, total)
 	var badMAC int
 	backends := [][]byte{{2, 0, 0, 0, 0, 1}, {2, 0, 0, 0, 0, 2}}
-	ring.mem.OnComplete = func(f *dataplane.Frame) {
+	port.mem.OnComplete = func(f *dataplane.Frame) {
 		dst := f.Data()[:6]
 		if !bytes.Equal(dst, backends[0]) && !bytes.Equal(dst, backends[1]) {
 			badMAC++
 		}
 	}
-	// The MemRing's hook runs inside Complete: wrap it so it is called.
-	w, err := New(testEngine(t), hookRing{ring}, newFakePoller(), Config{CPU: -1})
+	// The MemFramePort's hook runs inside Complete: wrap it so it is called.
+	w, err := New(testEngine(t), hookPort{port}, newFakePoller(), Config{CPU: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stop := start(t, w, time.Second)
-	eventually(t, 5*time.Second, "all frames decided", func() bool { return ring.forwarded.Load()+ring.passed.Load()+ring.dropped.Load() == total })
+	eventually(t, 5*time.Second, "all frames decided", func() bool { return port.forwarded.Load()+port.passed.Load()+port.dropped.Load() == total })
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if f, p, d := ring.forwarded.Load(), ring.passed.Load(), ring.dropped.Load(); f != total {
+	if f, p, d := port.forwarded.Load(), port.passed.Load(), port.dropped.Load(); f != total {
 		t.Errorf("forwarded %d, passed %d, dropped %d; want all %d forwarded", f, p, d, total)
 	}
 	if badMAC != 0 {
@@ -81,13 +81,13 @@ func TestRun_FramesFlow(t *testing.T) {
 	}
 }
 
-// hookRing completes into both the fake's counters and the MemRing (whose
-// OnComplete checks frames).
-type hookRing struct{ *fakeRing }
+// hookPort completes into both the fake's counters and the MemFramePort
+// (whose OnComplete checks frames).
+type hookPort struct{ *fakePort }
 
-func (r hookRing) Complete(frames []dataplane.Frame) {
-	r.fakeRing.Complete(frames)
-	r.mem.Complete(frames)
+func (hp hookPort) Complete(frames []dataplane.Frame) {
+	hp.fakePort.Complete(frames)
+	hp.mem.Complete(frames)
 }
 
 // TestRun_IdleBacksOff: a quiet queue first spins (Poll(0): no sleep,
@@ -99,10 +99,10 @@ func TestRun_IdleBacksOff(t *testing.T) {
 		spin = 2 * time.Millisecond
 		wait = 5 * time.Millisecond
 	)
-	ring := newFakeRing(udpFrames(t, 4), DefaultBatch, 0)
+	port := newFakePort(udpFrames(t, 4), DefaultBatch, 0)
 	p := newFakePoller()
 	p.sleep = true
-	w, err := New(testEngine(t), ring, p, Config{CPU: -1, Spin: spin, IdleWait: wait})
+	w, err := New(testEngine(t), port, p, Config{CPU: -1, Spin: spin, IdleWait: wait})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,8 +130,8 @@ func TestRun_IdleBacksOff(t *testing.T) {
 		t.Errorf("counters: %d sleeps, poller saw %d", got, len(ts2))
 	}
 
-	ring.left.Store(10)
-	eventually(t, 5*time.Second, "frames after the sleep", func() bool { return ring.forwarded.Load() == 10 })
+	port.left.Store(10)
+	eventually(t, 5*time.Second, "frames after the sleep", func() bool { return port.forwarded.Load() == 10 })
 	eventually(t, 5*time.Second, "spinning again", func() bool { z, _, _, _ := p.snapshot(); return z > zero2 })
 }
 
@@ -143,17 +143,17 @@ func TestRun_StopsOnCancel(t *testing.T) {
 		budget int64
 	}{{"busy", 1 << 62}, {"asleep", 0}} {
 		t.Run(tc.name, func(t *testing.T) {
-			ring := newFakeRing(udpFrames(t, 8), DefaultBatch, tc.budget)
+			port := newFakePort(udpFrames(t, 8), DefaultBatch, tc.budget)
 			p := newFakePoller()
 			p.sleep = true
 			const wait = 50 * time.Millisecond
-			w, err := New(testEngine(t), ring, p, Config{CPU: -1, Spin: time.Microsecond, IdleWait: wait})
+			w, err := New(testEngine(t), port, p, Config{CPU: -1, Spin: time.Microsecond, IdleWait: wait})
 			if err != nil {
 				t.Fatal(err)
 			}
 			stop := start(t, w, wait+time.Second)
 			if tc.budget > 0 {
-				eventually(t, 5*time.Second, "frames", func() bool { return ring.forwarded.Load() > 1000 })
+				eventually(t, 5*time.Second, "frames", func() bool { return port.forwarded.Load() > 1000 })
 			} else {
 				eventually(t, 5*time.Second, "a sleep", func() bool { _, ts, _, _ := p.snapshot(); return len(ts) > 0 })
 			}
@@ -183,7 +183,7 @@ func TestRun_LocksAndPinsThread(t *testing.T) {
 	}{{"unpinned", -1}, {"pinned", cpu}} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newFakePoller()
-			w, err := New(testEngine(t), newFakeRing(nil, DefaultBatch, 0), p, Config{CPU: tc.cpu, Spin: time.Microsecond, IdleWait: time.Millisecond})
+			w, err := New(testEngine(t), newFakePort(nil, DefaultBatch, 0), p, Config{CPU: tc.cpu, Spin: time.Microsecond, IdleWait: time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -212,7 +212,7 @@ func TestRun_Errors(t *testing.T) {
 	boom := errors.New("boom")
 	p := newFakePoller()
 	p.err = boom
-	w, err := New(testEngine(t), newFakeRing(nil, DefaultBatch, 0), p, Config{Queue: 3, CPU: -1})
+	w, err := New(testEngine(t), newFakePort(nil, DefaultBatch, 0), p, Config{Queue: 3, CPU: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestRun_Errors(t *testing.T) {
 		t.Errorf("Run with a failing poller: %v, want boom naming queue 3", err)
 	}
 
-	w, err = New(testEngine(t), newFakeRing(nil, DefaultBatch, 0), newFakePoller(), Config{Queue: 1, CPU: 1023})
+	w, err = New(testEngine(t), newFakePort(nil, DefaultBatch, 0), newFakePoller(), Config{Queue: 1, CPU: 1023})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,24 +231,24 @@ func TestRun_Errors(t *testing.T) {
 
 func TestNew_Validates(t *testing.T) {
 	eng := testEngine(t)
-	ring, p := newFakeRing(nil, 1, 0), newFakePoller()
+	port, p := newFakePort(nil, 1, 0), newFakePoller()
 	for _, tc := range []struct {
 		name string
 		cfg  Config
-		ring dataplane.Ring
+		port dataplane.FramePort
 	}{
-		{"negative batch", Config{Batch: -1}, ring},
-		{"huge batch", Config{Batch: 1 << 20}, ring},
-		{"negative spin", Config{Spin: -1}, ring},
-		{"idle wait too long", Config{IdleWait: 2 * MaxIdleWait}, ring},
-		{"negative queue", Config{Queue: -1}, ring},
-		{"no ring", Config{}, nil},
+		{"negative batch", Config{Batch: -1}, port},
+		{"huge batch", Config{Batch: 1 << 20}, port},
+		{"negative spin", Config{Spin: -1}, port},
+		{"idle wait too long", Config{IdleWait: 2 * MaxIdleWait}, port},
+		{"negative queue", Config{Queue: -1}, port},
+		{"no port", Config{}, nil},
 	} {
-		if _, err := New(eng, tc.ring, p, tc.cfg); !errors.Is(err, ErrConfig) {
+		if _, err := New(eng, tc.port, p, tc.cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: %v, want ErrConfig", tc.name, err)
 		}
 	}
-	w, err := New(eng, ring, p, Config{Queue: 2, CPU: -1})
+	w, err := New(eng, port, p, Config{Queue: 2, CPU: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

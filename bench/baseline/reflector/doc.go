@@ -17,5 +17,5 @@
 // when the kernel asks for one (need-wakeup).
 //
 // A frame the TX ring cannot take, after one reap of the completion ring
-// and a retry, is recycled and counted (TxFull), as afxdp.Ring does.
+// and a retry, is recycled and counted (TxFull), as afxdp.FramePort does.
 package reflector

@@ -10,21 +10,21 @@ import (
 	"xlb/dataplane"
 )
 
-// Ring is a dataplane.Ring on a Socket: the decision engine's view of one
-// AF_XDP queue. Receive hands out frames as whole umem chunks (Frame.Buf,
+// FramePort is a dataplane.FramePort on a Socket: the decision engine's view
+// of one AF_XDP queue. Receive hands out frames as whole umem chunks (Frame.Buf,
 // FrameSize bytes) with Off at the received frame, so the headroom in front
 // is Buf[:Off]; Complete transmits forwarded frames from their final Off and
 // Len (moved back by encapsulation), and recycles dropped ones.
 //
 // A frame the engine passes cannot go to the host stack from here: AF_XDP
-// has no way to re-inject a frame into the kernel's receive path. Ring
-// recycles it and counts it (RingCounters.Passed). The XDP program only
+// has no way to re-inject a frame into the kernel's receive path. FramePort
+// recycles it and counts it (FramePortCounters.Passed). The XDP program only
 // redirects VIP traffic (NDP for a VIP, for one, stays with the kernel), so
 // the engine rarely passes a frame it gets from AF_XDP.
 //
-// Like the Socket's hot path, a Ring belongs to one worker goroutine;
+// Like the Socket's hot path, a FramePort belongs to one worker goroutine;
 // Counters may be read from any.
-type Ring struct {
+type FramePort struct {
 	s    *Socket
 	rx   []unix.XDPDesc
 	tx   []unix.XDPDesc
@@ -34,20 +34,21 @@ type Ring struct {
 	passed, dropped, txFull, invalid atomic.Uint64
 }
 
-// RingCounters count what Ring did with completed frames.
-type RingCounters struct {
-	Passed  uint64 // passed by the engine, recycled (see Ring)
+// FramePortCounters count what FramePort did with completed frames.
+type FramePortCounters struct {
+	Passed  uint64 // passed by the engine, recycled (see FramePort)
 	Dropped uint64 // dropped by the engine, recycled
 	TxFull  uint64 // forwarded but recycled: the TX ring stayed full
 	Invalid uint64 // not a frame of this socket, or Off/Len outside its chunk
 }
 
-// NewRing returns a Ring over s that moves at most batch frames per call.
-func NewRing(s *Socket, batch int) (*Ring, error) {
+// NewFramePort returns a FramePort over s that moves at most batch frames
+// per call.
+func NewFramePort(s *Socket, batch int) (*FramePort, error) {
 	if batch <= 0 || batch > maxRingSize {
 		return nil, fmt.Errorf("%w: batch %d: must be 1..%d", ErrInvalidOpts, batch, maxRingSize)
 	}
-	return &Ring{
+	return &FramePort{
 		s:    s,
 		rx:   make([]unix.XDPDesc, batch),
 		tx:   make([]unix.XDPDesc, batch),
@@ -56,16 +57,16 @@ func NewRing(s *Socket, batch int) (*Ring, error) {
 	}, nil
 }
 
-// Socket returns the socket under the ring.
-func (r *Ring) Socket() *Socket { return r.s }
+// Socket returns the socket under the port.
+func (fp *FramePort) Socket() *Socket { return fp.s }
 
 // Receive reaps the completion ring, then fills frames[:n] with up to
 // min(len(frames), batch) received frames.
-func (r *Ring) Receive(frames []dataplane.Frame) int {
-	r.s.Complete()
-	n := r.s.Receive(r.rx[:min(len(frames), len(r.rx))])
-	u := &r.s.umem
-	for i, d := range r.rx[:n] {
+func (fp *FramePort) Receive(frames []dataplane.Frame) int {
+	fp.s.Complete()
+	n := fp.s.Receive(fp.rx[:min(len(frames), len(fp.rx))])
+	u := &fp.s.umem
+	for i, d := range fp.rx[:n] {
 		frames[i] = dataplane.Frame{Buf: u.chunk(d.Addr), Off: int(d.Addr &^ u.chunkMask), Len: int(d.Len)}
 	}
 	return n
@@ -74,21 +75,21 @@ func (r *Ring) Receive(frames []dataplane.Frame) int {
 // Complete transmits the forwarded frames and recycles the others. Frames
 // that do not belong to the socket, or whose Off/Len leave their chunk, are
 // counted as Invalid (and recycled when their chunk is known).
-func (r *Ring) Complete(frames []dataplane.Frame) {
-	if r.s.closed {
+func (fp *FramePort) Complete(frames []dataplane.Frame) {
+	if fp.s.closed {
 		return
 	}
 	nt, nd := 0, 0
 	var passed, dropped, invalid uint64
 	for i := range frames {
 		f := &frames[i]
-		addr, ok := r.locate(f)
+		addr, ok := fp.locate(f)
 		if !ok {
 			invalid++
 		} else if f.Verdict == dataplane.VerdictForward {
-			r.tx[nt] = unix.XDPDesc{Addr: addr, Len: uint32(f.Len)}
-			if nt++; nt == len(r.tx) {
-				r.transmit(nt)
+			fp.tx[nt] = unix.XDPDesc{Addr: addr, Len: uint32(f.Len)}
+			if nt++; nt == len(fp.tx) {
+				fp.transmit(nt)
 				nt = 0
 			}
 			continue
@@ -100,22 +101,22 @@ func (r *Ring) Complete(frames []dataplane.Frame) {
 		if addr == noAddr {
 			continue
 		}
-		r.drop[nd] = addr
-		if nd++; nd == len(r.drop) {
-			r.s.Recycle(r.drop[:nd])
+		fp.drop[nd] = addr
+		if nd++; nd == len(fp.drop) {
+			fp.s.Recycle(fp.drop[:nd])
 			nd = 0
 		}
 	}
-	r.transmit(nt)
-	r.s.Recycle(r.drop[:nd])
+	fp.transmit(nt)
+	fp.s.Recycle(fp.drop[:nd])
 	if passed > 0 {
-		r.passed.Add(passed)
+		fp.passed.Add(passed)
 	}
 	if dropped > 0 {
-		r.dropped.Add(dropped)
+		fp.dropped.Add(dropped)
 	}
 	if invalid > 0 {
-		r.invalid.Add(invalid)
+		fp.invalid.Add(invalid)
 	}
 }
 
@@ -124,8 +125,8 @@ const noAddr = ^uint64(0)
 // locate returns the umem address of a frame's first byte; ok is false if
 // Off/Len do not make a frame inside one chunk, and then addr is the chunk
 // of Buf (to recycle) or noAddr if Buf is not in this socket's umem.
-func (r *Ring) locate(f *dataplane.Frame) (addr uint64, ok bool) {
-	u := &r.s.umem
+func (fp *FramePort) locate(f *dataplane.Frame) (addr uint64, ok bool) {
+	u := &fp.s.umem
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(f.Buf)))
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(u.mem)))
 	if p < base || uint64(p-base) >= uint64(len(u.mem)) {
@@ -142,34 +143,34 @@ func (r *Ring) locate(f *dataplane.Frame) (addr uint64, ok bool) {
 	return a, true
 }
 
-// transmit sends r.tx[:n]; what the TX ring cannot take after one reap and
+// transmit sends fp.tx[:n]; what the TX ring cannot take after one reap and
 // retry is recycled and counted as TxFull.
-func (r *Ring) transmit(n int) {
+func (fp *FramePort) transmit(n int) {
 	if n == 0 {
 		return
 	}
-	m := r.s.Transmit(r.tx[:n])
+	m := fp.s.Transmit(fp.tx[:n])
 	if m < n {
-		r.s.Complete()
-		m += r.s.Transmit(r.tx[m:n])
+		fp.s.Complete()
+		m += fp.s.Transmit(fp.tx[m:n])
 	}
 	if m < n {
-		r.txFull.Add(uint64(n - m))
-		for i, d := range r.tx[m:n] {
-			r.left[i] = d.Addr
+		fp.txFull.Add(uint64(n - m))
+		for i, d := range fp.tx[m:n] {
+			fp.left[i] = d.Addr
 		}
-		r.s.Recycle(r.left[:n-m])
+		fp.s.Recycle(fp.left[:n-m])
 	}
 }
 
-// Counters returns the ring's counters; the socket keeps its own (Stats).
-func (r *Ring) Counters() RingCounters {
-	return RingCounters{
-		Passed:  r.passed.Load(),
-		Dropped: r.dropped.Load(),
-		TxFull:  r.txFull.Load(),
-		Invalid: r.invalid.Load(),
+// Counters returns the port's counters; the socket keeps its own (Stats).
+func (fp *FramePort) Counters() FramePortCounters {
+	return FramePortCounters{
+		Passed:  fp.passed.Load(),
+		Dropped: fp.dropped.Load(),
+		TxFull:  fp.txFull.Load(),
+		Invalid: fp.invalid.Load(),
 	}
 }
 
-var _ dataplane.Ring = (*Ring)(nil)
+var _ dataplane.FramePort = (*FramePort)(nil)

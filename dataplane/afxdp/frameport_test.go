@@ -9,19 +9,20 @@ import (
 	"xlb/dataplane"
 )
 
-// TestRing_Verdicts drives the dataplane.Ring adapter over the fake kernel:
-// forwarded frames go out from their final Off/Len (one moved back into the
-// headroom, as encapsulation does), passed and dropped ones are recycled.
-func TestRing_Verdicts(t *testing.T) {
+// TestFramePort_Verdicts drives the dataplane.FramePort adapter over the fake
+// kernel: forwarded frames go out from their final Off/Len (one moved back
+// into the headroom, as encapsulation does), passed and dropped ones are
+// recycled.
+func TestFramePort_Verdicts(t *testing.T) {
 	s, k := newFake(t, smallOpts())
-	r, err := NewRing(s, 8)
+	fp, err := NewFramePort(s, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
 	in := [][]byte{testFrame(0, 100), testFrame(1, 100), testFrame(2, 100), testFrame(3, 100)}
 	k.deliver(in...)
 	frames := make([]dataplane.Frame, 8)
-	n := r.Receive(frames)
+	n := fp.Receive(frames)
 	if n != 4 {
 		t.Fatalf("Receive = %d, want 4", n)
 	}
@@ -42,7 +43,7 @@ func TestRing_Verdicts(t *testing.T) {
 	frames[1].Verdict = dataplane.VerdictPass
 	frames[2].Verdict = dataplane.VerdictDrop
 	frames[3].Verdict = dataplane.VerdictForward
-	r.Complete(frames[:n])
+	fp.Complete(frames[:n])
 
 	var sent [][]byte
 	k.send(func(b []byte) { sent = append(sent, bytes.Clone(b)) })
@@ -50,25 +51,25 @@ func TestRing_Verdicts(t *testing.T) {
 	if len(sent) != 2 || !bytes.Equal(sent[0], want[0]) || !bytes.Equal(sent[1], want[1]) {
 		t.Fatalf("sent %d frames; want the encapsulated frame 0 and frame 3", len(sent))
 	}
-	if c := r.Counters(); c != (RingCounters{Passed: 1, Dropped: 1}) {
-		t.Errorf("ring counters = %+v, want 1 passed, 1 dropped", c)
+	if c := fp.Counters(); c != (FramePortCounters{Passed: 1, Dropped: 1}) {
+		t.Errorf("port counters = %+v, want 1 passed, 1 dropped", c)
 	}
 	if c := s.Counters(); c.Recycled != 2 || c.TxFrames != 2 {
 		t.Errorf("socket: Recycled %d, TxFrames %d; want 2, 2", c.Recycled, c.TxFrames)
 	}
-	r.Receive(frames) // reaps the completions
+	fp.Receive(frames) // reaps the completions
 	k.checkAccounting(t)
 	if _, _, _, held, _, _ := k.frameCount(); held != 0 {
 		t.Errorf("%d frames still held after Complete", held)
 	}
 }
 
-func TestRing_Invalid(t *testing.T) {
+func TestFramePort_Invalid(t *testing.T) {
 	s, k := newFake(t, smallOpts())
-	r, _ := NewRing(s, 8)
+	fp, _ := NewFramePort(s, 8)
 	k.deliver(testFrame(0, 100), testFrame(1, 100))
 	frames := make([]dataplane.Frame, 4)
-	if r.Receive(frames) != 2 {
+	if fp.Receive(frames) != 2 {
 		t.Fatal("no frames")
 	}
 	frames[0].Verdict = dataplane.VerdictForward
@@ -77,8 +78,8 @@ func TestRing_Invalid(t *testing.T) {
 	frames[1].Off = -1
 	frames[2] = dataplane.Frame{Buf: make([]byte, 2048), Off: 256, Len: 100, Verdict: dataplane.VerdictForward}
 	frames[3] = dataplane.Frame{Verdict: dataplane.VerdictDrop}
-	r.Complete(frames)
-	if c := r.Counters(); c.Invalid != 4 {
+	fp.Complete(frames)
+	if c := fp.Counters(); c.Invalid != 4 {
 		t.Errorf("Invalid = %d, want 4", c.Invalid)
 	}
 	if k.send(nil) != 0 {
@@ -91,24 +92,24 @@ func TestRing_Invalid(t *testing.T) {
 	k.checkAccounting(t)
 }
 
-// TestRing_TxFull: forwarded frames the TX ring cannot take are recycled
+// TestFramePort_TxFull: forwarded frames the TX ring cannot take are recycled
 // and counted, never lost.
-func TestRing_TxFull(t *testing.T) {
+func TestFramePort_TxFull(t *testing.T) {
 	s, k := newFake(t, smallOpts()) // TX ring of 4
-	r, _ := NewRing(s, 8)
+	fp, _ := NewFramePort(s, 8)
 	for i := range 8 {
 		k.deliver(testFrame(i, 64))
 	}
 	frames := make([]dataplane.Frame, 8)
-	n := r.Receive(frames)
+	n := fp.Receive(frames)
 	if n != 8 {
 		t.Fatalf("Receive = %d, want 8", n)
 	}
 	for i := range frames[:n] {
 		frames[i].Verdict = dataplane.VerdictForward
 	}
-	r.Complete(frames[:n])
-	if c := r.Counters(); c.TxFull != 4 {
+	fp.Complete(frames[:n])
+	if c := fp.Counters(); c.TxFull != 4 {
 		t.Errorf("TxFull = %d, want 4", c.TxFull)
 	}
 	if got := k.send(nil); got != 4 {
@@ -117,14 +118,14 @@ func TestRing_TxFull(t *testing.T) {
 	k.checkAccounting(t)
 }
 
-// TestRing_NoAllocs: a full receive-complete round allocates nothing.
-func TestRing_NoAllocs(t *testing.T) {
+// TestFramePort_NoAllocs: a full receive-complete round allocates nothing.
+func TestFramePort_NoAllocs(t *testing.T) {
 	s, k := newFake(t, DefaultOpts())
-	r, _ := NewRing(s, 64)
+	fp, _ := NewFramePort(s, 64)
 	frames := make([]dataplane.Frame, 64)
 	pkt := testFrame(1, 128)
 	allocs := testing.AllocsPerRun(200, func() {
-		ringRound(k, r, frames, pkt)
+		portRound(k, fp, frames, pkt)
 	})
 	if allocs != 0 {
 		t.Errorf("a Receive/Complete round allocates %v times, want 0", allocs)
@@ -142,13 +143,13 @@ func TestRing_NoAllocs(t *testing.T) {
 	}
 }
 
-// ringRound is one worker iteration against the fake kernel: 64 frames in,
+// portRound is one worker iteration against the fake kernel: 64 frames in,
 // every other forwarded, the rest dropped, all sent and completed.
-func ringRound(k *fakeKernel, r *Ring, frames []dataplane.Frame, pkt []byte) int {
+func portRound(k *fakeKernel, fp *FramePort, frames []dataplane.Frame, pkt []byte) int {
 	for range len(frames) {
 		k.deliver(pkt)
 	}
-	n := r.Receive(frames)
+	n := fp.Receive(frames)
 	for i := range frames[:n] {
 		if i%2 == 0 {
 			frames[i].Verdict = dataplane.VerdictForward
@@ -156,22 +157,23 @@ func ringRound(k *fakeKernel, r *Ring, frames []dataplane.Frame, pkt []byte) int
 			frames[i].Verdict = dataplane.VerdictDrop
 		}
 	}
-	r.Complete(frames[:n])
+	fp.Complete(frames[:n])
 	k.send(nil)
 	return n
 }
 
-// BenchmarkRing is the adapter's Receive/Complete path with a fake kernel
-// that copies each frame in (as copy mode does) and completes each send.
-func BenchmarkRing(b *testing.B) {
+// BenchmarkFramePort is the adapter's Receive/Complete path with a fake
+// kernel that copies each frame in (as copy mode does) and completes each
+// send.
+func BenchmarkFramePort(b *testing.B) {
 	s, k := newFake(b, DefaultOpts())
-	r, _ := NewRing(s, 64)
+	fp, _ := NewFramePort(s, 64)
 	frames := make([]dataplane.Frame, 64)
 	pkt := testFrame(1, 128)
 	b.ReportAllocs()
 	total := 0
 	for b.Loop() {
-		total += ringRound(k, r, frames, pkt)
+		total += portRound(k, fp, frames, pkt)
 	}
 	if total == 0 {
 		b.Fatal("no frames went round")
