@@ -11,20 +11,20 @@ import (
 	"xlb/dataplane/worker"
 )
 
-// workerBatch is how many frames a worker takes from its ring per round.
+// workerBatch is how many frames a worker takes from its frame port per round.
 const workerBatch = worker.DefaultBatch
 
 // queue is one rx queue the appliance serves: the CPU its worker is pinned
-// to, its AF_XDP socket, the ring the engine sees on it, and the worker.
+// to, its AF_XDP socket, the frame port the engine sees on it, and the worker.
 type queue struct {
 	num    int
 	cpu    int // -1: not pinned
 	socket *afxdp.Socket
-	ring   *afxdp.FramePort
+	port   *afxdp.FramePort
 	worker *worker.Worker
 }
 
-// openQueues opens one AF_XDP socket per queue, with its ring, and
+// openQueues opens one AF_XDP socket per queue, with its frame port, and
 // registers each in the program's XSKMAP. Every socket opened is closed by
 // the teardown, a failed start's too.
 func (s *stack) openQueues() error {
@@ -52,7 +52,7 @@ func (s *stack) openQueues() error {
 			return privErr(fmt.Sprintf("AF_XDP socket on queue %d", q.num), err)
 		}
 		q.socket = sock
-		if q.ring, err = afxdp.NewFramePort(sock, workerBatch); err != nil {
+		if q.port, err = afxdp.NewFramePort(sock, workerBatch); err != nil {
 			return fmt.Errorf("queue %d: %w", q.num, err)
 		}
 		if err := s.objs.RegisterSocket(q.num, sock.FD()); err != nil {
@@ -64,9 +64,9 @@ func (s *stack) openQueues() error {
 	return nil
 }
 
-// status reports the queue's socket, ring and loop counters, read now.
+// status reports the queue's socket, frame port and loop counters, read now.
 func (q *queue) status() admin.QueueRuntime {
-	lc, rc := q.worker.Counters(), q.ring.Counters()
+	lc, rc := q.worker.Counters(), q.port.Counters()
 	st, err := q.socket.Stats()
 	c := st.Counters
 	qr := admin.QueueRuntime{
