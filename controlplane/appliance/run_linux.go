@@ -261,7 +261,7 @@ func (s *stack) attach() error {
 // sockets close.
 func (s *stack) startWorkers() error {
 	for _, q := range s.queues {
-		w, err := worker.New(s.engine, q.ring, q.socket, worker.Config{Queue: q.num, CPU: q.cpu, Batch: workerBatch})
+		w, err := worker.New(s.engine, q.port, q.socket, worker.Config{Queue: q.num, CPU: q.cpu, Batch: workerBatch})
 		if err != nil {
 			return err
 		}
