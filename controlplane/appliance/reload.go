@@ -37,7 +37,9 @@ type (
 		Apply(cfg *config.Config, now int64) (controlplane.Diff, error)
 	}
 	// fleetReloader is the announcer: neighbors, VIPs, announce policy.
-	fleetReloader interface{ reload(cfg *config.Config) error }
+	fleetReloader interface {
+		reload(cfg *config.Config) error
+	}
 )
 
 // reloader applies a new configuration (X2) and keeps the count and the
