@@ -47,9 +47,9 @@ type announceState struct {
 // wantVIPs is the announcement rule (docs/config.md, [bgp]): each VIP of
 // the configuration is announced while the data plane forwards it, every
 // backend has a health verdict, the node is not drained, and (unless
-// announce = "always") a service behind it has a non-empty eligible set
-// (E1–E4); otherwise it is withdrawn, with the first reason that holds.
-// eligible says whether a VIP has a service with a non-empty eligible set.
+// announce = "always") a service behind it has a healthy backend in its
+// eligible set (E1–E4); otherwise it is withdrawn, with the first reason
+// that holds. eligible says that of a VIP (eligibleVIPs).
 func wantVIPs(vips []netip.Addr, st announceState, eligible func(netip.Addr) bool) map[netip.Addr]bgp.VIP {
 	want := make(map[netip.Addr]bgp.VIP, len(vips))
 	for _, vip := range vips {
@@ -76,7 +76,11 @@ func wantVIPs(vips []netip.Addr, st announceState, eligible func(netip.Addr) boo
 }
 
 // eligibleVIPs says, for snap, which VIPs have at least one rule whose
-// service has a non-empty eligible set.
+// service has a healthy backend in its eligible set. An empty set (E3/E4
+// with drop_traffic_if_unhealthy) does not count, nor does the set of
+// unhealthy backends that E1–E4 fall back to when none passes its check:
+// an instance that can only send new flows to failing backends leaves the
+// VIP to the routers' other paths ("when-healthy").
 func eligibleVIPs(snap *dataplane.Snapshot) func(netip.Addr) bool {
 	return func(vip netip.Addr) bool {
 		if snap == nil {
@@ -88,8 +92,14 @@ func eligibleVIPs(snap *dataplane.Snapshot) func(netip.Addr) bool {
 			return false
 		}
 		for i := range vr.Rules {
-			if svc := snap.Service(vr.Rules[i].Service); svc != nil && len(svc.Eligible) > 0 {
-				return true
+			svc := snap.Service(vr.Rules[i].Service)
+			if svc == nil {
+				continue
+			}
+			for _, ref := range svc.Eligible {
+				if be := snap.Backend(ref); be != nil && be.Healthy {
+					return true
+				}
 			}
 		}
 		return false
