@@ -1,10 +1,14 @@
 package nettest
 
 import (
+	"bytes"
 	"encoding/binary"
+	"net"
 	"os"
+	"strings"
 	"testing"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
 
@@ -44,6 +48,50 @@ func TestNS(t *testing.T) {
 	}
 	if len(Leaked(before)) == 0 {
 		t.Error("Leaked sees none of the handles open now")
+	}
+}
+
+// TestAddVeth: the pair has the names, MACs and queue counts asked for,
+// both ends are up, and NoIPv6 turned IPv6 off in the namespace.
+func TestAddVeth(t *testing.T) {
+	ns := NewNS(t, UniqueName("ntt"))
+	mac := net.HardwareAddr{0x02, 0x4e, 0, 0, 0, 0x01}
+	a, b := ns.AddVeth(t, Veth{Name: "ntt-a", PeerName: "ntt-b", MAC: mac, RxQueues: 3, NoIPv6: true})
+	h, err := netlink.NewHandleAt(ns.Handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for _, x := range []struct {
+		idx    int
+		name   string
+		rx, tx int
+		mac    net.HardwareAddr // nil: the kernel's
+	}{{a, "ntt-a", 3, 1, mac}, {b, "ntt-b", 1, 1, nil}} {
+		l, err := h.LinkByIndex(x.idx)
+		if err != nil {
+			t.Fatalf("link %d: %v", x.idx, err)
+		}
+		at := l.Attrs()
+		if at.Name != x.name || at.NumRxQueues != x.rx || at.NumTxQueues != x.tx || at.Flags&net.FlagUp == 0 {
+			t.Errorf("link %d: %s, %d rx and %d tx queues, flags %v; want %s, %d and %d, up", x.idx, at.Name, at.NumRxQueues, at.NumTxQueues, at.Flags, x.name, x.rx, x.tx)
+		}
+		if x.mac != nil && !bytes.Equal(at.HardwareAddr, x.mac) {
+			t.Errorf("%s: MAC %s, want %s", at.Name, at.HardwareAddr, x.mac)
+		}
+	}
+	if _, err := os.Stat("/proc/sys/net/ipv6"); err != nil {
+		return // no IPv6 in this kernel: nothing to turn off
+	}
+	err = ns.Do(func() error {
+		v, err := os.ReadFile("/proc/sys/net/ipv6/conf/ntt-a/disable_ipv6")
+		if err == nil && strings.TrimSpace(string(v)) != "1" {
+			t.Errorf("disable_ipv6 on ntt-a is %q, want 1", v)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
