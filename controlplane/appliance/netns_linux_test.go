@@ -2,7 +2,6 @@ package appliance
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/http"
 	"os/exec"
@@ -144,16 +143,12 @@ func (s *packetSocket) recv(d time.Duration) ([]byte, error) {
 		if err := unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 			return nil, err
 		}
-		n, from, err := unix.Recvfrom(s.fd, buf, 0)
-		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
-			continue
-		}
+		n, ok, err := nettest.RecvIncoming(s.fd, buf)
 		if err != nil {
 			return nil, err
 		}
-		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
-			continue
+		if ok {
+			return append([]byte(nil), buf[:n]...), nil
 		}
-		return append([]byte(nil), buf[:n]...), nil
 	}
 }

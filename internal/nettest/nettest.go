@@ -1,8 +1,9 @@
 // Package nettest is the one home of the helpers that tests building
 // network namespaces, loading XDP programs or opening raw sockets share:
 // a root check that skips, a throwaway named namespace and a veth pair in
-// it, the open file descriptors of the process (for leak checks in
-// TestMain) and htons for AF_PACKET protocol numbers. Running code inside a namespace is
+// it, IPv6 off, the open file descriptors of the process (for leak checks
+// in TestMain), htons for AF_PACKET protocol numbers and reading the
+// frames an AF_PACKET socket receives. Running code inside a namespace is
 // internal/nsx's (OnThread, Do); NS.Do builds on it.
 package nettest
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"xlb/internal/nsx"
 )
@@ -109,11 +111,8 @@ func (n *NS) AddVeth(tb testing.TB, v Veth) (index, peerIndex int) {
 	}
 	err := n.Do(func() error {
 		if v.NoIPv6 {
-			for _, p := range []string{"default", "all"} {
-				f := "/proc/sys/net/ipv6/conf/" + p + "/disable_ipv6"
-				if err := os.WriteFile(f, []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
-					return err
-				}
+			if err := DisableIPv6(); err != nil {
+				return err
 			}
 		}
 		h, err := netlink.NewHandle()
@@ -151,6 +150,38 @@ func (n *NS) AddVeth(tb testing.TB, v Veth) (index, peerIndex int) {
 		tb.Fatalf("veth pair in %s: %v", n.Name, err)
 	}
 	return index, peerIndex
+}
+
+// DisableIPv6 turns IPv6 off (default and all) in the namespace of the
+// calling thread: run it inside one (NS.Do, nsx.Do). Links made after it
+// get no IPv6, so the kernel sends nothing on them by itself. A kernel
+// without IPv6 is no error.
+func DisableIPv6() error {
+	for _, p := range []string{"default", "all"} {
+		f := "/proc/sys/net/ipv6/conf/" + p + "/disable_ipv6"
+		if err := os.WriteFile(f, []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// RecvIncoming reads one frame from fd, an AF_PACKET socket, into buf. ok
+// is false, with no error, when there was none to read in time (EAGAIN:
+// SO_RCVTIMEO passed), the read was interrupted (EINTR) or the frame is one
+// this host sent (PACKET_OUTGOING): the caller reads again.
+func RecvIncoming(fd int, buf []byte) (n int, ok bool, err error) {
+	n, from, err := unix.Recvfrom(fd, buf, 0)
+	if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if ll, isLL := from.(*unix.SockaddrLinklayer); isLL && ll.Pkttype == unix.PACKET_OUTGOING {
+		return 0, false, nil
+	}
+	return n, true, nil
 }
 
 // OpenFDs maps this process's open file descriptors to what they point at,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 func TestHtons(t *testing.T) {
@@ -89,6 +90,73 @@ func TestAddVeth(t *testing.T) {
 			t.Errorf("disable_ipv6 on ntt-a is %q, want 1", v)
 		}
 		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRecvIncoming: on a socket bound to one end of a veth, the frame that
+// end sends is passed over, the one the other end sends is read, and a
+// read that times out is no error.
+func TestRecvIncoming(t *testing.T) {
+	ns := NewNS(t, UniqueName("ntt"))
+	a, b := ns.AddVeth(t, Veth{Name: "ntt-a", PeerName: "ntt-b", NoIPv6: true})
+	const proto = 0x88b5 // local experimental
+	frame := func(from byte) []byte {
+		f := make([]byte, 60)
+		copy(f, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02, 0, 0, 0, 0, from})
+		f[12], f[13] = proto>>8, proto&0xff
+		return f
+	}
+	err := ns.Do(func() error {
+		open := func(ifindex int) (int, error) {
+			fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(Htons(proto)))
+			if err != nil {
+				return -1, err
+			}
+			t.Cleanup(func() { unix.Close(fd) })
+			if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 100_000}); err != nil {
+				return -1, err
+			}
+			return fd, unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: Htons(proto), Ifindex: ifindex})
+		}
+		fa, err := open(a)
+		if err != nil {
+			return err
+		}
+		fb, err := open(b)
+		if err != nil {
+			return err
+		}
+		to := func(ifindex int) *unix.SockaddrLinklayer {
+			return &unix.SockaddrLinklayer{Protocol: Htons(proto), Ifindex: ifindex, Halen: 6, Addr: [8]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}
+		}
+		if err := unix.Sendto(fb, frame('b'), 0, to(b)); err != nil {
+			return err
+		}
+		if err := unix.Sendto(fa, frame('a'), 0, to(a)); err != nil {
+			return err
+		}
+		buf := make([]byte, 2048)
+		var got []byte
+		for range 5 {
+			n, ok, err := RecvIncoming(fb, buf)
+			if err != nil {
+				return err
+			}
+			if ok {
+				got = buf[:n]
+				break
+			}
+		}
+		if len(got) < 12 || got[11] != 'a' {
+			t.Errorf("read % x, want the frame from ntt-a (its own was to be passed over)", got)
+		}
+		if n, ok, err := RecvIncoming(fb, buf); ok || err != nil {
+			t.Errorf("nothing more to read: got %d bytes, %v, %v; want not ok, no error", n, ok, err)
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
