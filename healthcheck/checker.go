@@ -31,6 +31,12 @@ type Options struct {
 	// Notify receives every probe's result, in batches, from one goroutine
 	// at a time; results of one target arrive in order. Nil: none.
 	Notify func([]Result)
+	// Probe, when set, stands in for the network probe of every target:
+	// it is called where a probe would connect, with the probe's deadline
+	// in ctx, and its answer is the verdict (no weight is reported). For
+	// measuring the scheduling of many targets without a network
+	// (`lbbench control`).
+	Probe func(ctx context.Context, t Target) bool
 }
 
 // ErrRunning is returned by Run when the Checker already runs or ran.

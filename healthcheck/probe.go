@@ -32,6 +32,9 @@ type outcome struct {
 
 // newProber builds the prober of t's check.
 func (c *Checker) newProber(t Target) (prober, error) {
+	if c.opts.Probe != nil {
+		return funcProber{fn: c.opts.Probe, t: t}, nil
+	}
 	ap := netip.AddrPortFrom(t.Addr, uint16(t.Check.Port))
 	switch t.Check.Type {
 	case config.CheckTCP:
@@ -55,6 +58,19 @@ func (c *Checker) newProber(t Target) (prober, error) {
 		return &httpProber{client: c.client, url: u.String(), host: host, response: t.Check.Response, timeout: t.Check.Timeout}, nil
 	}
 	return nil, fmt.Errorf("unknown check type %d", t.Check.Type)
+}
+
+// funcProber asks Options.Probe.
+type funcProber struct {
+	fn func(ctx context.Context, t Target) bool
+	t  Target
+}
+
+func (p funcProber) probe(ctx context.Context) outcome {
+	if p.fn(ctx, p.t) {
+		return outcome{pass: true, reason: "passed"}
+	}
+	return outcome{reason: "failed"}
 }
 
 // failure says why a probe got no answer, in a few words: a timeout with its

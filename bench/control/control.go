@@ -1,0 +1,261 @@
+// Package control measures the control plane for `lbbench control`: how
+// validating a configuration, building the first snapshot (Maglev tables
+// included), rebuilding it, and a whole reload (validate, VIP list, health
+// check targets, control plane) grow with the number of VIPs and backends,
+// what they keep in memory beyond the Maglev tables, and whether health
+// checks of many targets keep their interval.
+package control
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"xlb/config"
+	"xlb/controlplane"
+	"xlb/controlplane/appliance"
+	"xlb/healthcheck"
+)
+
+// Config says what to measure.
+type Config struct {
+	Quick bool
+	// VIPs are the configuration sizes: each VIP has one service of
+	// Backends endpoints and two rules (ports 80 and 443).
+	VIPs     []int
+	Backends int
+	// TableSize is every service's maglev_table_size.
+	TableSize uint32
+	// Reps is how many times validation, snapshot rebuild and reload are
+	// timed per size (the median is kept); the first build is timed once.
+	Reps int
+	// HealthTargets probed every HealthInterval by a checker whose probe
+	// answers at once, for HealthRounds intervals after the last target's
+	// first probe; 0 skips the health-check measurement.
+	HealthTargets  int
+	HealthInterval time.Duration
+	HealthRounds   int
+}
+
+// Full is the full run: sizes 1k to 20k VIPs at the default table size.
+func Full() Config {
+	return Config{
+		VIPs: []int{1000, 2000, 5000, 10000, 20000}, Backends: 4, TableSize: 65537, Reps: 3,
+		HealthTargets: 80000, HealthInterval: 2 * time.Second, HealthRounds: 2,
+	}
+}
+
+// Quick is CI's run: small sizes that still show the growth, small tables.
+func Quick() Config {
+	return Config{
+		Quick: true, VIPs: []int{1000, 4000}, Backends: 4, TableSize: 1021, Reps: 3,
+		HealthTargets: 4000, HealthInterval: time.Second, HealthRounds: 1,
+	}
+}
+
+// Steps is the number of progress steps Run reports.
+func Steps(cfg Config) int {
+	n := len(cfg.VIPs)
+	if cfg.HealthTargets > 0 {
+		n++
+	}
+	return n
+}
+
+// Point is the measurement of one configuration size.
+type Point struct {
+	VIPs     int `json:"vips"`
+	Backends int `json:"backends"`
+	Rules    int `json:"rules"`
+	// ConfigBytes is the size of the generated file.
+	ConfigBytes int `json:"config_bytes"`
+	// ValidateMs: config.Parse (decode, every check, defaults).
+	ValidateMs float64 `json:"validate_ms"`
+	// FirstBuildMs: controlplane.New, every Maglev table built.
+	FirstBuildMs float64 `json:"first_build_ms"`
+	// SnapshotMs: a publish with the tables reused (what every health
+	// change costs).
+	SnapshotMs float64 `json:"snapshot_ms"`
+	// ReloadMs: a whole reload that replaces one backend in 1 % of the
+	// services: validate, VIP list, health-check Set, control plane
+	// Apply (their tables rebuilt).
+	ReloadMs float64 `json:"reload_ms"`
+	// HealthSetMs: the checker's Set of every target alone, all kept.
+	HealthSetMs float64 `json:"health_set_ms"`
+	// HeapBeyondTablesMB: heap and goroutine stacks held by the running
+	// configuration, control plane, snapshot and checker, minus the tables.
+	HeapBeyondTablesMB float64 `json:"heap_beyond_tables_mb"`
+	// TablesMB: the Maglev tables of the snapshot; TableEntryBytes the
+	// width of one entry.
+	TablesMB        float64 `json:"tables_mb"`
+	TableEntryBytes int     `json:"table_entry_bytes"`
+}
+
+// Health is the drift of probe start times of many targets from their
+// schedule: a target's k-th probe is due k intervals after its first.
+type Health struct {
+	Targets    int     `json:"targets"`
+	IntervalMs float64 `json:"interval_ms"`
+	Probes     int     `json:"probes"`
+	// Late are percentiles of (start - due), in ms, over every probe
+	// after each target's first.
+	LateP50Ms float64 `json:"late_p50_ms"`
+	LateP99Ms float64 `json:"late_p99_ms"`
+	LateMaxMs float64 `json:"late_max_ms"`
+	// Missed counts intervals in which a target was not probed.
+	Missed int `json:"missed"`
+}
+
+// Result is one run.
+type Result struct {
+	Quick     bool    `json:"quick"`
+	TableSize uint32  `json:"table_size"`
+	Points    []Point `json:"points"`
+	Health    *Health `json:"health,omitempty"`
+}
+
+// Run measures cfg; progress hears of each finished step.
+func Run(cfg Config, progress func(int)) (*Result, error) {
+	res := &Result{Quick: cfg.Quick, TableSize: cfg.TableSize}
+	for _, n := range cfg.VIPs {
+		p, err := measure(cfg, n)
+		if err != nil {
+			return nil, fmt.Errorf("%d VIPs: %w", n, err)
+		}
+		res.Points = append(res.Points, p)
+		progress(1)
+	}
+	if cfg.HealthTargets > 0 {
+		h, err := measureHealth(cfg.HealthTargets, cfg.HealthInterval, cfg.HealthRounds)
+		if err != nil {
+			return nil, err
+		}
+		res.Health = h
+		progress(1)
+	}
+	return res, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// timed runs fn reps times and returns the median in ms.
+func timed(reps int, fn func() error) (float64, error) {
+	var xs []float64
+	for range max(reps, 1) {
+		t := time.Now()
+		if err := fn(); err != nil {
+			return 0, err
+		}
+		xs = append(xs, ms(time.Since(t)))
+	}
+	return median(xs), nil
+}
+
+// inUse is the heap and the goroutine stacks after a collection.
+func inUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc + m.StackInuse
+}
+
+// vipSet stands in for the XDP program's VIP map: the set of keys it would
+// hold, rebuilt on every call as xdpprog.SetVIPs builds its own.
+type vipSet struct{ m map[netip.Addr]struct{} }
+
+func (v *vipSet) SetVIPs(as []netip.Addr) error {
+	m := make(map[netip.Addr]struct{}, len(as))
+	for _, a := range as {
+		m[a] = struct{}{}
+	}
+	v.m = m
+	return nil
+}
+
+func measure(cfg Config, n int) (Point, error) {
+	gen := Gen{VIPs: n, Backends: cfg.Backends, TableSize: cfg.TableSize, CheckIntervalSec: 300}
+	changed := gen
+	changed.Changed = max(1, n/100)
+	data, data2 := gen.Config(), changed.Config()
+	p := Point{VIPs: n, Backends: gen.TotalBackends(), ConfigBytes: len(data)}
+	base := inUse()
+
+	var cfg1 *config.Config
+	var err error
+	p.ValidateMs, err = timed(cfg.Reps, func() error {
+		cfg1, err = config.Parse("gen.toml", data)
+		return err
+	})
+	if err != nil {
+		return p, err
+	}
+	p.Rules = len(cfg1.Rules)
+
+	var cp *controlplane.ControlPlane
+	start := time.Now()
+	cp, err = controlplane.New(cfg1, nil, controlplane.Options{InitialWeight: 1}, 0)
+	if err != nil {
+		return p, err
+	}
+	p.FirstBuildMs = ms(time.Since(start))
+	p.SnapshotMs, _ = timed(cfg.Reps, func() error { cp.Publish(0); return nil })
+
+	// A checker that runs, so that Set starts every target's loop, with a
+	// probe that needs no network; the interval (300 s) keeps it quiet.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hc := healthcheck.New(nil, healthcheck.Options{Probe: func(context.Context, healthcheck.Target) bool { return true }})
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = hc.Run(ctx) })
+	defer wg.Wait()
+	defer cancel()
+	targets := appliance.HealthTargets(cfg1)
+	if err := hc.Set(targets); err != nil {
+		return p, err
+	}
+	p.HealthSetMs, err = timed(cfg.Reps, func() error { return hc.Set(targets) })
+	if err != nil {
+		return p, err
+	}
+
+	vips := &vipSet{}
+	steps := appliance.NewReloadSteps(cfg1, vips, hc, cp, func() int64 { return 0 })
+	i := 0
+	p.ReloadMs, err = timed(cfg.Reps, func() error {
+		d := data2
+		if i%2 == 1 {
+			d = data
+		}
+		i++
+		return steps.Reload(func() (*config.Config, error) { return config.Parse("gen.toml", d) })
+	})
+	if err != nil {
+		return p, err
+	}
+
+	used := inUse()
+	snap := cp.Snapshot()
+	var tables uint64
+	for _, s := range snap.Services {
+		if s != nil {
+			tables += uint64(len(s.Table)) * uint64(tableEntryBytes)
+		}
+	}
+	p.TableEntryBytes = tableEntryBytes
+	p.TablesMB = float64(tables) / (1 << 20)
+	p.HeapBeyondTablesMB = (float64(used) - float64(base) - float64(tables)) / (1 << 20)
+	runtime.KeepAlive(cp)
+	runtime.KeepAlive(vips)
+	return p, nil
+}
