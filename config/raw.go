@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // The raw* types mirror the TOML schema of docs/config.md. Tables are
@@ -207,12 +208,20 @@ func tables(v any) ([]map[string]any, bool) {
 	return nil, false
 }
 
+// fieldCache holds tomlFields' answer per struct type: checkKeys asks for
+// every table of the file, thousands of times for the same few types.
+var fieldCache sync.Map // reflect.Type → map[string]reflect.Type
+
 // tomlFields maps the toml tag of each field of struct type t to its type.
 func tomlFields(t reflect.Type) map[string]reflect.Type {
+	if f, ok := fieldCache.Load(t); ok {
+		return f.(map[string]reflect.Type)
+	}
 	fields := make(map[string]reflect.Type, t.NumField())
 	for i := range t.NumField() {
 		f := t.Field(i)
 		fields[f.Tag.Get("toml")] = f.Type
 	}
+	fieldCache.Store(t, fields)
 	return fields
 }

@@ -20,6 +20,12 @@ type portSpan struct {
 	paths   []string
 }
 
+// spanKey is what two rules must share to overlap (FR7).
+type spanKey struct {
+	vip   netip.Addr
+	proto RuleProtocol
+}
+
 // serviceProtocolFor is the service protocol each rule protocol pairs with
 // (FR7).
 var serviceProtocolFor = [...]ServiceProtocol{
@@ -30,7 +36,9 @@ var serviceProtocolFor = [...]ServiceProtocol{
 
 func (c *converter) rules(cfg *Config, raw []rawRule) {
 	byName := map[string]int{}
-	var spans []portSpan
+	// The earlier spans of each VIP and protocol, in file order: FR7 only
+	// compares rules that share both, so the check is linear in the file.
+	spans := map[spanKey][]portSpan{}
 	for i := range raw {
 		r := &raw[i]
 		p := fmt.Sprintf("forwarding_rule[%d]", i)
@@ -51,8 +59,9 @@ func (c *converter) rules(cfg *Config, raw []rawRule) {
 		span := c.ports(p, r, &fr, proto)
 		if proto >= 0 && fr.VIP.IsValid() && len(c.errs) == before {
 			span.rule = i
-			c.overlaps(span, spans, cfg.Rules)
-			spans = append(spans, span)
+			k := spanKey{span.vip, span.proto}
+			c.overlaps(span, spans[k], cfg.Rules)
+			spans[k] = append(spans[k], span)
 		}
 		c.sourceRanges(p, r, &fr)
 
@@ -286,20 +295,32 @@ func family(a netip.Addr) string {
 // VIP still as destination, so an endpoint must be of the family of every
 // VIP routed to its service. IPIP and GUE encapsulate and carry either.
 func (c *converter) families(cfg *Config) {
+	// firstRule[si][0] is the first rule with an IPv6 VIP routed to service
+	// si, [1] the first with an IPv4 VIP; -1 when there is none. One pass
+	// over the rules, so the check is linear in the file.
+	firstRule := make([][2]int, len(cfg.Services))
+	for i := range firstRule {
+		firstRule[i] = [2]int{-1, -1}
+	}
+	for ri, r := range cfg.Rules {
+		if r.Service < 0 || r.Service >= len(cfg.Services) || !r.VIP.IsValid() {
+			continue
+		}
+		if f := &firstRule[r.Service][b2i(r.VIP.Is4())]; *f < 0 {
+			*f = ri
+		}
+	}
 	for si, s := range cfg.Services {
 		if s.ForwardingMethod != ForwardL2DSR {
 			continue
 		}
-		firstRule := map[bool]int{} // VIP is IPv4 → first rule with such a VIP
-		for ri, r := range cfg.Rules {
-			if _, seen := firstRule[r.VIP.Is4()]; r.Service == si && r.VIP.IsValid() && !seen {
-				firstRule[r.VIP.Is4()] = ri
-			}
-		}
 		for j, g := range s.Groups {
 			for k, e := range g.Endpoints {
-				ri, clash := firstRule[!e.IP.Is4()]
-				if !e.IP.IsValid() || !clash {
+				if !e.IP.IsValid() {
+					continue
+				}
+				ri := firstRule[si][b2i(!e.IP.Is4())]
+				if ri < 0 {
 					continue
 				}
 				vip := cfg.Rules[ri].VIP
@@ -309,4 +330,11 @@ func (c *converter) families(cfg *Config) {
 			}
 		}
 	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -73,6 +73,20 @@ type ControlPlane struct {
 	builders map[uint32]*maglev.Builder
 	gen      uint64
 	snap     *dataplane.Snapshot
+
+	// ids are the IDs of c.services; bySvcIP finds the slot of a service's
+	// backend by address (removed ones too, until their slot is freed).
+	// Both keep a reload and a batch of health reports linear in the
+	// number of backends.
+	ids     map[uint16]struct{}
+	bySvcIP map[svcIP]uint32
+}
+
+// svcIP names a backend as the configuration does: a service and an
+// address, unique within the service.
+type svcIP struct {
+	service string
+	ip      netip.Addr
 }
 
 type serviceState struct {
@@ -80,10 +94,12 @@ type serviceState struct {
 	cfg     config.Service
 	members []uint32 // slots, configuration order
 
-	// The last Maglev build, reused while the eligible set and its weights
-	// stay the same.
-	tableSig string
-	table    []uint32
+	// The last Maglev build, reused while the table size, the eligible set
+	// and its weights stay the same: tableSize and tableSet are what it was
+	// built from.
+	tableSize uint32
+	tableSet  []member
+	table     []uint32
 	eligible []dataplane.BackendRef
 	lastSide dataplane.Side
 	sideSet  bool
@@ -119,6 +135,8 @@ func New(cfg *config.Config, engine *dataplane.Engine, opts Options, now int64) 
 		engine:   engine,
 		services: map[string]*serviceState{},
 		builders: map[uint32]*maglev.Builder{},
+		ids:      map[uint16]struct{}{},
+		bySvcIP:  map[svcIP]uint32{},
 	}
 	if _, err := c.Apply(cfg, now); err != nil {
 		return nil, err
@@ -149,8 +167,17 @@ func (c *ControlPlane) Apply(cfg *config.Config, now int64) (Diff, error) {
 	// ended starts afresh instead of reviving entries M5 removed.
 	c.reap(now)
 
-	seen := map[string]bool{}
+	// The slots of each service's backends, removed ones too (so a backend
+	// that comes back revives its slot and its flows), in slot order.
+	slotsOf := map[string][]uint32{}
+	for slot, b := range c.slots {
+		if b != nil {
+			slotsOf[b.service] = append(slotsOf[b.service], uint32(slot))
+		}
+	}
+	seen := make(map[string]bool, len(cfg.Services))
 	newOrder := make([]string, 0, len(cfg.Services))
+	kept := map[uint32]bool{}
 	for _, s := range cfg.Services {
 		seen[s.Name] = true
 		newOrder = append(newOrder, s.Name)
@@ -158,24 +185,18 @@ func (c *ControlPlane) Apply(cfg *config.Config, now int64) (Diff, error) {
 		if !ok {
 			st = &serviceState{id: c.allocServiceID()}
 			c.services[s.Name] = st
+			c.ids[st.id] = struct{}{}
 			d.ServicesAdded = append(d.ServicesAdded, s.Name)
 		}
 		st.cfg = s
 		drain := s.DrainingTimeout.Milliseconds()
 
-		// Index the current members (removed ones too, so a backend that
-		// comes back revives its slot and its flows).
-		byIP := map[netip.Addr]uint32{}
-		for slot, b := range c.slots {
-			if b != nil && b.service == s.Name {
-				byIP[b.ep.IP] = uint32(slot)
-			}
-		}
-		kept := map[uint32]bool{}
+		clear(kept)
 		st.members = st.members[:0]
 		for _, g := range s.Groups {
 			for _, ep := range g.Endpoints {
-				slot, ok := byIP[ep.IP]
+				key := svcIP{s.Name, ep.IP}
+				slot, ok := c.bySvcIP[key]
 				if ok {
 					b := c.slots[slot]
 					if b.removed && !b.drained {
@@ -190,6 +211,7 @@ func (c *ControlPlane) Apply(cfg *config.Config, now int64) (Diff, error) {
 						healthy: c.opts.InitialHealthy,
 						weight:  c.opts.InitialWeight,
 					}
+					c.bySvcIP[key] = slot
 					d.BackendsAdded = append(d.BackendsAdded, ep.Name)
 				}
 				b := c.slots[slot]
@@ -198,7 +220,7 @@ func (c *ControlPlane) Apply(cfg *config.Config, now int64) (Diff, error) {
 				st.members = append(st.members, slot)
 			}
 		}
-		for _, slot := range byIP {
+		for _, slot := range slotsOf[s.Name] {
 			if b := c.slots[slot]; !kept[slot] && !b.removed {
 				b.removed, b.drained, b.drainUntil = true, false, now+drain
 				d.BackendsRemoved = append(d.BackendsRemoved, b.ep.Name)
@@ -210,13 +232,14 @@ func (c *ControlPlane) Apply(cfg *config.Config, now int64) (Diff, error) {
 			continue
 		}
 		drain := st.cfg.DrainingTimeout.Milliseconds()
-		for _, b := range c.slots {
-			if b != nil && b.service == name && !b.removed {
+		for _, slot := range slotsOf[name] {
+			if b := c.slots[slot]; !b.removed {
 				b.removed, b.drainUntil = true, now+drain
 				d.BackendsRemoved = append(d.BackendsRemoved, b.ep.Name)
 			}
 		}
 		delete(c.services, name)
+		delete(c.ids, st.id)
 		d.ServicesRemoved = append(d.ServicesRemoved, name)
 	}
 	c.order = newOrder
@@ -241,11 +264,10 @@ func (c *ControlPlane) builder(size uint32) (*maglev.Builder, error) {
 // keys (T4); a retired ID is reused only after every other ID, and entries of
 // a retired service name backends that no longer resolve.
 func (c *ControlPlane) allocServiceID() uint16 {
-	used := map[uint16]bool{}
-	for _, s := range c.services {
-		used[s.id] = true
-	}
-	for used[c.nextSvc] {
+	for {
+		if _, used := c.ids[c.nextSvc]; !used {
+			break
+		}
 		c.nextSvc++
 	}
 	id := c.nextSvc
@@ -271,6 +293,9 @@ func (c *ControlPlane) allocSlot() uint32 {
 func (c *ControlPlane) reap(now int64) {
 	for slot, b := range c.slots {
 		if b != nil && b.removed && !b.drained && now >= b.drainUntil {
+			if key := (svcIP{b.service, b.ep.IP}); c.bySvcIP[key] == uint32(slot) {
+				delete(c.bySvcIP, key)
+			}
 			c.slots[slot] = nil
 			c.free = append(c.free, uint32(slot))
 		}
@@ -498,11 +523,7 @@ func (c *ControlPlane) buildService(st *serviceState, s *dataplane.Snapshot) *da
 	}
 	st.lastSide, st.sideSet = side, true
 
-	sig := fmt.Sprintf("%d|", cfg.MaglevTableSize)
-	for _, m := range set {
-		sig += fmt.Sprintf("%d:%d,", m.ref, m.weight)
-	}
-	if sig != st.tableSig || len(set) == 0 {
+	if !st.sameTable(cfg.MaglevTableSize, set) || len(set) == 0 {
 		st.eligible, st.table = nil, nil
 		if len(set) > 0 {
 			bs := make([]maglev.Backend, len(set))
@@ -520,10 +541,25 @@ func (c *ControlPlane) buildService(st *serviceState, s *dataplane.Snapshot) *da
 				st.eligible, st.table = nil, nil
 			}
 		}
-		st.tableSig = sig
+		st.tableSize = cfg.MaglevTableSize
+		st.tableSet = append(st.tableSet[:0], set...)
 	}
 	ds.Eligible, ds.Table = st.eligible, st.table
 	return ds
+}
+
+// sameTable reports whether the last table was built with size from set:
+// the same backends (refs), in the same order, with the same weights.
+func (st *serviceState) sameTable(size uint32, set []member) bool {
+	if st.tableSize != size || len(st.tableSet) != len(set) {
+		return false
+	}
+	for i := range set {
+		if set[i].ref != st.tableSet[i].ref || set[i].weight != st.tableSet[i].weight {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *ControlPlane) resolve(ep config.Endpoint, method config.ForwardingMethod) ([6]byte, bool) {

@@ -57,10 +57,12 @@ func (c *ControlPlane) ApplyReports(rs []Report, now int64) error {
 // backendOf finds the current backend of service at ip (an address is
 // unique within a service); c.mu is held.
 func (c *ControlPlane) backendOf(service string, ip netip.Addr) *backendState {
-	for _, b := range c.slots {
-		if b != nil && !(b.removed && !b.drained) && b.service == service && b.ep.IP == ip {
-			return b
-		}
+	slot, ok := c.bySvcIP[svcIP{service, ip}]
+	if !ok {
+		return nil
+	}
+	if b := c.slots[slot]; b != nil && !(b.removed && !b.drained) {
+		return b
 	}
 	return nil
 }

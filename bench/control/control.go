@@ -74,18 +74,18 @@ type Point struct {
 	// ConfigBytes is the size of the generated file.
 	ConfigBytes int `json:"config_bytes"`
 	// ValidateMs: config.Parse (decode, every check, defaults).
-	ValidateMs float64 `json:"validate_ms"`
+	Validate Timing `json:"validate"`
 	// FirstBuildMs: controlplane.New, every Maglev table built.
-	FirstBuildMs float64 `json:"first_build_ms"`
+	FirstBuild Timing `json:"first_build"`
 	// SnapshotMs: a publish with the tables reused (what every health
 	// change costs).
-	SnapshotMs float64 `json:"snapshot_ms"`
+	Snapshot Timing `json:"snapshot"`
 	// ReloadMs: a whole reload that replaces one backend in 1 % of the
 	// services: validate, VIP list, health-check Set, control plane
 	// Apply (their tables rebuilt).
-	ReloadMs float64 `json:"reload_ms"`
+	Reload Timing `json:"reload"`
 	// HealthSetMs: the checker's Set of every target alone, all kept.
-	HealthSetMs float64 `json:"health_set_ms"`
+	HealthSet Timing `json:"health_set"`
 	// HeapBeyondTablesMB: heap and goroutine stacks held by the running
 	// configuration, control plane, snapshot and checker, minus the tables.
 	HeapBeyondTablesMB float64 `json:"heap_beyond_tables_mb"`
@@ -148,17 +148,26 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-// timed runs fn reps times and returns the median in ms.
-func timed(reps int, fn func() error) (float64, error) {
-	var xs []float64
+// Timing is one step's median wall-clock and CPU time.
+type Timing struct {
+	WallMs float64 `json:"wall_ms"`
+	// CPUMs is the process's CPU time (every thread, the garbage
+	// collector's included): what the step costs whatever else the
+	// machine runs.
+	CPUMs float64 `json:"cpu_ms"`
+}
+
+// timed runs fn reps times and returns the medians.
+func timed(reps int, fn func() error) (Timing, error) {
+	var ws, cs []float64
 	for range max(reps, 1) {
-		t := time.Now()
+		t, c := time.Now(), cpuTime()
 		if err := fn(); err != nil {
-			return 0, err
+			return Timing{}, err
 		}
-		xs = append(xs, ms(time.Since(t)))
+		ws, cs = append(ws, ms(time.Since(t))), append(cs, ms(cpuTime()-c))
 	}
-	return median(xs), nil
+	return Timing{WallMs: median(ws), CPUMs: median(cs)}, nil
 }
 
 // inUse is the heap and the goroutine stacks after a collection.
@@ -193,7 +202,7 @@ func measure(cfg Config, n int) (Point, error) {
 
 	var cfg1 *config.Config
 	var err error
-	p.ValidateMs, err = timed(cfg.Reps, func() error {
+	p.Validate, err = timed(cfg.Reps, func() error {
 		cfg1, err = config.Parse("gen.toml", data)
 		return err
 	})
@@ -203,13 +212,14 @@ func measure(cfg Config, n int) (Point, error) {
 	p.Rules = len(cfg1.Rules)
 
 	var cp *controlplane.ControlPlane
-	start := time.Now()
-	cp, err = controlplane.New(cfg1, nil, controlplane.Options{InitialWeight: 1}, 0)
+	p.FirstBuild, err = timed(1, func() error {
+		cp, err = controlplane.New(cfg1, nil, controlplane.Options{InitialWeight: 1}, 0)
+		return err
+	})
 	if err != nil {
 		return p, err
 	}
-	p.FirstBuildMs = ms(time.Since(start))
-	p.SnapshotMs, _ = timed(cfg.Reps, func() error { cp.Publish(0); return nil })
+	p.Snapshot, _ = timed(cfg.Reps, func() error { cp.Publish(0); return nil })
 
 	// A checker that runs, so that Set starts every target's loop, with a
 	// probe that needs no network; the interval (300 s) keeps it quiet.
@@ -224,7 +234,7 @@ func measure(cfg Config, n int) (Point, error) {
 	if err := hc.Set(targets); err != nil {
 		return p, err
 	}
-	p.HealthSetMs, err = timed(cfg.Reps, func() error { return hc.Set(targets) })
+	p.HealthSet, err = timed(cfg.Reps, func() error { return hc.Set(targets) })
 	if err != nil {
 		return p, err
 	}
@@ -232,7 +242,7 @@ func measure(cfg Config, n int) (Point, error) {
 	vips := &vipSet{}
 	steps := appliance.NewReloadSteps(cfg1, vips, hc, cp, func() int64 { return 0 })
 	i := 0
-	p.ReloadMs, err = timed(cfg.Reps, func() error {
+	p.Reload, err = timed(cfg.Reps, func() error {
 		d := data2
 		if i%2 == 1 {
 			d = data

@@ -202,8 +202,13 @@ func configVIPs(cfg *config.Config) []netip.Addr {
 // union lists a's addresses, then b's that a lacks.
 func union(a, b []netip.Addr) []netip.Addr {
 	out := slices.Clone(a)
+	in := make(map[netip.Addr]struct{}, len(a))
+	for _, x := range a {
+		in[x] = struct{}{}
+	}
 	for _, x := range b {
-		if !slices.Contains(out, x) {
+		if _, ok := in[x]; !ok {
+			in[x] = struct{}{}
 			out = append(out, x)
 		}
 	}

@@ -24,7 +24,9 @@ type ReloadSteps struct{ r *reloader }
 // cp; now is the control plane's clock (ms).
 func NewReloadSteps(cur *config.Config,
 	vips interface{ SetVIPs([]netip.Addr) error },
-	hc interface{ Set([]healthcheck.Target) error },
+	hc interface {
+		Set([]healthcheck.Target) error
+	},
 	cp interface {
 		Apply(cfg *config.Config, now int64) (controlplane.Diff, error)
 	},
