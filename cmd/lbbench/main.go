@@ -2,7 +2,8 @@
 // baselines measured in the same run: `core` (the engine over in-memory
 // rings), `xdp` (real frames through xlb and through baseline forwarders on
 // a namespace topology; root), `maglev` (table build time, balance and
-// disruption). Every command prints tables, or JSON with --json, and can
+// disruption), `control` (the control plane against the configuration's
+// size). Every command prints tables, or JSON with --json, and can
 // draw SVG charts with --plot DIR.
 package main
 
@@ -28,6 +29,9 @@ commands:
            AF_XDP reflector, an in-kernel XDP forwarder and nftables DNAT;
            Mpps, loss, latency percentiles, ratios
   maglev   table build time, load imbalance and disruption against the minimum
+  control  the control plane against the configuration's size: validation,
+           snapshot and reload time, memory beyond the Maglev tables, health
+           checks of many targets against their schedule
 
 common flags (after the command):
   --json        print the report as JSON instead of tables
@@ -59,9 +63,10 @@ func (c *common) register(fs *flag.FlagSet) {
 type command func(args []string, c *common, stderr io.Writer) (report.Report, error)
 
 var commands = map[string]command{
-	"core":   runCore,
-	"xdp":    runXDP,
-	"maglev": runMaglev,
+	"core":    runCore,
+	"xdp":     runXDP,
+	"maglev":  runMaglev,
+	"control": runControl,
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
