@@ -39,6 +39,9 @@ const (
 	minRingSize, maxRingSize = 64, 65536
 	maxPortsPerRule          = 5  // FR3
 	maxSourceRanges          = 64 // FR6
+	// maxEndpoints bounds a service's endpoints: a Maglev table entry is 2
+	// bytes (maglev.MaxBackends).
+	maxEndpoints = 1<<16 - 1
 	allPortsRange            = "1-65535"
 	queuesAll                = "all"
 )
@@ -274,8 +277,12 @@ func (c *converter) service(i int, r *rawService, checks []HealthCheck) Service 
 	if !isPrime(size) {
 		c.add(p+".maglev_table_size", "%d is not a prime", size)
 	}
-	if n := countEndpoints(&s); size <= 2*int64(n) {
+	n := countEndpoints(&s)
+	if size <= 2*int64(n) {
 		c.add(p+".maglev_table_size", "%d is not larger than 2 × %d endpoints", size, n)
+	}
+	if n > maxEndpoints {
+		c.add(p+".backend", "has %d endpoints; at most %d are allowed", n, maxEndpoints)
 	}
 	return s
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -153,6 +154,25 @@ func maglevWithEndpoints(n int) string {
 	}
 	b.WriteString("]\n")
 	return b.String() + ruleWeb + "\n"
+}
+
+// TestAtMost65535Endpoints: a Maglev table entry is 2 bytes, so a service
+// has at most 65,535 endpoints (its table then needs M > 131,070).
+func TestAtMost65535Endpoints(t *testing.T) {
+	src := func(n int) string {
+		var b strings.Builder
+		b.WriteString(file(hcHTTP, svcWeb, "maglev_table_size = 131101", "[[backend_service.backend]] # <-", `group = "a"`, "endpoints = ["))
+		for i := range n {
+			fmt.Fprintf(&b, "{ ip = \"10.%d.%d.%d\" },\n", i>>16+1, i>>8&255, i&255)
+		}
+		b.WriteString("]\n")
+		return b.String() + ruleWeb + "\n"
+	}
+	if testing.Short() {
+		t.Skip("parses two files of 65,535 endpoints")
+	}
+	mustParse(t, src(65535))
+	wantError(t, src(65536), "backend_service[0].backend", "has 65536 endpoints; at most 65535 are allowed", false)
 }
 
 // groups returns a service with primary and failover groups of one
@@ -385,6 +405,36 @@ func TestFR7_NoOverlap(t *testing.T) {
 		{"TwoL3Default", rules(`192.0.2.9 L3_DEFAULT any all_ports~=~true`, `192.0.2.9 L3_DEFAULT any all_ports~=~true~#~<-`),
 			"forwarding_rule[1].all_ports", `all ports overlaps forwarding_rule[0] ("r0") on 192.0.2.9 L3_DEFAULT`, false},
 	})
+	// Rules of other VIPs and protocols between those that overlap, and a
+	// last rule overlapping two earlier ones: each overlap is reported at
+	// the later rule, against every earlier one, in file order.
+	t.Run("Interleaved", func(t *testing.T) {
+		src := rules(
+			`192.0.2.1 TCP web ports~=~["80"]`,
+			`192.0.2.2 TCP web ports~=~["80"]`,
+			`192.0.2.1 UDP dns ports~=~["80"]`,
+			`192.0.2.1 TCP web ports~=~["80-81"]`,
+			`192.0.2.2 TCP web ports~=~["443"]`,
+			`192.0.2.1 TCP web ports~=~["79-80"]`,
+		)
+		_, err := Parse("f.toml", []byte(src))
+		var es Errors
+		if !errors.As(err, &es) {
+			t.Fatalf("no errors: %v", err)
+		}
+		var got []string
+		for _, e := range es {
+			got = append(got, e.Field+": "+e.Msg)
+		}
+		want := []string{
+			`forwarding_rule[3].ports[0]: "80-81" overlaps forwarding_rule[0] ("r0") on 192.0.2.1 TCP`,
+			`forwarding_rule[5].ports[0]: "79-80" overlaps forwarding_rule[0] ("r0") on 192.0.2.1 TCP`,
+			`forwarding_rule[5].ports[0]: "79-80" overlaps forwarding_rule[3] ("r3") on 192.0.2.1 TCP`,
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	})
 	t.Run("Disjoint", func(t *testing.T) {
 		mustParse(t, rules(
 			`192.0.2.1 TCP web ports~=~["80",~"443"]`,
@@ -407,6 +457,20 @@ func TestL2DSRFamilies(t *testing.T) {
 		"IPv6 endpoint 2001:db8::2 cannot serve IPv4 VIP 192.0.2.1 of forwarding_rule[0] with forwarding_method L2_DSR", false)
 	mustParse(t, src("IPIP"))
 	mustParse(t, src("GUE"))
+	// Each service is matched against its own rules only, and an error
+	// names the first rule of the other family routed to it.
+	two := file(hcHTTP, svcWeb, "[[backend_service.backend]]", `group = "a"`, `endpoints = [{ ip = "10.0.0.1" }]`,
+		"[[backend_service]]", `name = "v6"`, `health_checks = ["hc"]`, "[[backend_service.backend]]", `group = "b"`,
+		`endpoints = [`, `{ ip = "2001:db8::2" }, # <-`, `{ ip = "10.0.0.9" },`, `]`,
+		ruleWeb, "[[forwarding_rule]]", `name = "v6a"`, `ip_address = "2001:db8::80"`, `ip_protocol = "TCP"`, `ports = ["80"]`, `backend_service = "v6"`,
+		"[[forwarding_rule]]", `name = "v6b"`, `ip_address = "192.0.2.7"`, `ip_protocol = "TCP"`, `ports = ["80"]`, `backend_service = "v6"`,
+		"[[forwarding_rule]]", `name = "v6c"`, `ip_address = "192.0.2.8"`, `ip_protocol = "TCP"`, `ports = ["80"]`, `backend_service = "v6"`)
+	es := parseErrors(t, two)
+	if len(es) != 2 || es[0].Field != "backend_service[1].backend[0].endpoints[0].ip" ||
+		es[0].Msg != "IPv6 endpoint 2001:db8::2 cannot serve IPv4 VIP 192.0.2.7 of forwarding_rule[2] with forwarding_method L2_DSR; use IPIP or GUE" ||
+		es[1].Msg != "IPv4 endpoint 10.0.0.9 cannot serve IPv6 VIP 2001:db8::80 of forwarding_rule[1] with forwarding_method L2_DSR; use IPIP or GUE" {
+		t.Errorf("errors: %v", es)
+	}
 	// A service no rule routes to has no VIP family to match.
 	mustParse(t, file(hcHTTP, svcWeb, "[[backend_service.backend]]", `group = "a"`, `endpoints = [{ ip = "2001:db8::2" }]`))
 }

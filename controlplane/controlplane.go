@@ -99,7 +99,7 @@ type serviceState struct {
 	// built from.
 	tableSize uint32
 	tableSet  []member
-	table     []uint32
+	table     []uint16
 	eligible []dataplane.BackendRef
 	lastSide dataplane.Side
 	sideSet  bool
@@ -535,7 +535,7 @@ func (c *ControlPlane) buildService(st *serviceState, s *dataplane.Snapshot) *da
 				st.eligible[i] = m.ref
 			}
 			b, _ := c.builder(cfg.MaglevTableSize)
-			st.table = make([]uint32, b.Size())
+			st.table = make([]uint16, b.Size())
 			if err := b.Build(bs, st.table); err != nil {
 				c.log.Error("maglev build failed", zap.String("service", cfg.Name), zap.Error(err))
 				st.eligible, st.table = nil, nil

@@ -117,8 +117,9 @@ type Service struct {
 	Side        Side
 	EligibleWhy string
 	// Table is the Maglev table: Table[h % len] indexes Eligible. Empty when
-	// Eligible is empty.
-	Table []uint32
+	// Eligible is empty. An entry is 2 bytes: a service has at most
+	// maglev.MaxBackends (65,535) backends, as the configuration checks.
+	Table []uint16
 }
 
 // Rule is one forwarding rule.

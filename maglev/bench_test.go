@@ -16,7 +16,7 @@ func BenchmarkBuild(b *testing.B) {
 			}
 			b.Run(fmt.Sprintf("N=%d/%s", n, w), func(b *testing.B) {
 				bld, _ := NewBuilder(DefaultSize)
-				table := make([]uint32, DefaultSize)
+				table := make([]uint16, DefaultSize)
 				_ = bld.Build(bs, table) // warm-up: buffers sized
 				b.ReportAllocs()
 				for b.Loop() {

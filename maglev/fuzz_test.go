@@ -44,7 +44,7 @@ func FuzzBuild(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		table := make([]uint32, m)
+		table := make([]uint16, m)
 		err = b.Build(bs, table)
 
 		keys := map[string]bool{}

@@ -24,13 +24,13 @@ func weighted(ws ...uint32) []Backend {
 }
 
 // build builds a table of size m, failing the test on error.
-func build(tb testing.TB, m uint32, bs []Backend) []uint32 {
+func build(tb testing.TB, m uint32, bs []Backend) []uint16 {
 	tb.Helper()
 	b, err := NewBuilder(m)
 	if err != nil {
 		tb.Fatalf("NewBuilder(%d): %v", m, err)
 	}
-	table := make([]uint32, m)
+	table := make([]uint16, m)
 	if err := b.Build(bs, table); err != nil {
 		tb.Fatalf("Build(%d backends, M=%d): %v", len(bs), m, err)
 	}
@@ -39,7 +39,7 @@ func build(tb testing.TB, m uint32, bs []Backend) []uint32 {
 
 // owners maps each slot to its backend's Key, which is what must be stable
 // across input orders and instances.
-func owners(table []uint32, bs []Backend) []string {
+func owners(table []uint16, bs []Backend) []string {
 	keys := make([]string, len(table))
 	for i, idx := range table {
 		keys[i] = bs[idx].Key
@@ -48,7 +48,7 @@ func owners(table []uint32, bs []Backend) []string {
 }
 
 // shares returns each backend's fraction of the table, in input order.
-func shares(table []uint32, n int) []float64 {
+func shares(table []uint16, n int) []float64 {
 	counts := make([]int, n)
 	for _, idx := range table {
 		counts[idx]++

@@ -20,8 +20,12 @@ var (
 	ErrNotPrime        = errors.New("maglev: table size is not a prime >= 7")
 	ErrNoBackends      = errors.New("maglev: no backends")
 	ErrDuplicateKey    = errors.New("maglev: duplicate backend key")
-	ErrTooManyBackends = errors.New("maglev: more backends than half the table size")
+	ErrTooManyBackends = errors.New("maglev: more backends than half the table size or than MaxBackends")
 )
+
+// MaxBackends is the most backends a table can name: an entry is 2 bytes,
+// and the value 0xFFFF is kept for a free slot during the build.
+const MaxBackends = 1<<16 - 1
 
 // Backend is one member of an eligible set.
 type Backend struct {
@@ -33,16 +37,16 @@ type Backend struct {
 	Weight uint32
 }
 
-// empty marks a free slot during population. Build refuses more than M/2
-// backends, so no backend index can equal it.
-const empty = ^uint32(0)
+// empty marks a free slot during population. Build refuses more than
+// MaxBackends backends, so no backend index can equal it.
+const empty = ^uint16(0)
 
 // perm is one backend's population state: where its permutation continues,
 // and its weight accumulator. One small struct per backend keeps the fill
 // loop on a single cache line per backend.
 type perm struct {
 	key    string // only for sorting; cleared after the build
-	index  uint32 // index into the caller's slice
+	index  uint16 // index into the caller's slice
 	weight uint32
 	next   uint32 // next preferred slot to try
 	skip   uint32 // step of the permutation, in [1, M-1]
@@ -76,9 +80,9 @@ func (b *Builder) Size() uint32 { return b.size }
 //
 // It returns ErrNoBackends for an empty set, ErrDuplicateKey if a Key repeats
 // and ErrTooManyBackends for more than Size()/2 backends, weight 0 included
-// (Maglev's shares need several slots per backend); a table of the wrong
-// length is an error too. On error table's contents are unspecified.
-func (b *Builder) Build(backends []Backend, table []uint32) error {
+// (Maglev's shares need several slots per backend) or more than MaxBackends
+// (an entry is 2 bytes); a table of the wrong length is an error too. On error table's contents are unspecified.
+func (b *Builder) Build(backends []Backend, table []uint16) error {
 	m := b.size
 	switch {
 	case len(table) != int(m):
@@ -87,12 +91,14 @@ func (b *Builder) Build(backends []Backend, table []uint32) error {
 		return ErrNoBackends
 	case uint64(len(backends)) > uint64(m/2):
 		return fmt.Errorf("%d backends for size %d: %w", len(backends), m, ErrTooManyBackends)
+	case len(backends) > MaxBackends:
+		return fmt.Errorf("%d backends, at most %d: %w", len(backends), MaxBackends, ErrTooManyBackends)
 	}
 
 	ps := b.perms[:0]
 	var maxWeight uint32
 	for i := range backends {
-		ps = append(ps, perm{key: backends[i].Key, index: uint32(i), weight: backends[i].Weight})
+		ps = append(ps, perm{key: backends[i].Key, index: uint16(i), weight: backends[i].Weight})
 		maxWeight = max(maxWeight, backends[i].Weight)
 	}
 	b.perms = ps
@@ -136,7 +142,7 @@ func (b *Builder) Build(backends []Backend, table []uint32) error {
 // populate runs the weighted Maglev rounds until every slot of table is
 // taken. Each take walks the backend's permutation from where it left off,
 // so a build costs O(M log M) probes in total rather than an M×N matrix.
-func populate(active []perm, table []uint32, maxWeight uint64) {
+func populate(active []perm, table []uint16, maxWeight uint64) {
 	m := uint32(len(table))
 	filled := uint32(0)
 	for {
@@ -172,6 +178,6 @@ func step(c, skip, m uint32) uint32 {
 }
 
 // Lookup returns the backend index for selection hash h: table[h % len(table)].
-func Lookup(table []uint32, h uint64) uint32 {
+func Lookup(table []uint16, h uint64) uint16 {
 	return table[h%uint64(len(table))]
 }

@@ -82,16 +82,16 @@ func TestW1b_AllZeroWeightsShareEqually(t *testing.T) {
 func TestS3_SameInputSameTable(t *testing.T) {
 	bs := weighted(3, 1, 4, 1, 5)
 	b, _ := NewBuilder(DefaultSize)
-	first := make([]uint32, DefaultSize)
+	first := make([]uint16, DefaultSize)
 	if err := b.Build(bs, first); err != nil {
 		t.Fatal(err)
 	}
 	// Same Builder reused after a different build, and a fresh Builder.
-	other := make([]uint32, DefaultSize)
+	other := make([]uint16, DefaultSize)
 	if err := b.Build(backendsN(100, 7), other); err != nil {
 		t.Fatal(err)
 	}
-	again := make([]uint32, DefaultSize)
+	again := make([]uint16, DefaultSize)
 	if err := b.Build(bs, again); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestErrors(t *testing.T) {
 	if err != nil || b.Size() != 13 {
 		t.Fatalf("NewBuilder(13) = %v, %v", b, err)
 	}
-	table := make([]uint32, 13)
+	table := make([]uint16, 13)
 	for _, tc := range []struct {
 		name string
 		bs   []Backend
@@ -185,7 +185,7 @@ func TestErrors(t *testing.T) {
 	if err := b.Build(weighted(1, 1, 1, 1, 1, 1), table); err != nil {
 		t.Errorf("M/2 backends: %v", err)
 	}
-	if err := b.Build(weighted(1), make([]uint32, 12)); err == nil {
+	if err := b.Build(weighted(1), make([]uint16, 12)); err == nil {
 		t.Error("wrong table length: no error")
 	}
 }
@@ -193,7 +193,7 @@ func TestErrors(t *testing.T) {
 func TestBuildNoAllocs(t *testing.T) {
 	bs := backendsN(1000, 1)
 	b, _ := NewBuilder(DefaultSize)
-	table := make([]uint32, DefaultSize)
+	table := make([]uint16, DefaultSize)
 	if err := b.Build(bs, table); err != nil {
 		t.Fatal(err)
 	}

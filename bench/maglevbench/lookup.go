@@ -24,7 +24,7 @@ type lookupCase struct {
 	dependent bool
 	baseline  bool
 	cold      bool
-	loop      func(tables [][]uint32, n int, seed uint64) uint64
+	loop      func(tables [][]uint16, n int, seed uint64) uint64
 }
 
 func lookupCases(cfg Config) []lookupCase {
@@ -35,7 +35,7 @@ func lookupCases(cfg Config) []lookupCase {
 		{name: "baseline: h>>48 into 65536 entries, in cache", baseline: true, dependent: true, loop: maskDependent},
 	}
 	if cfg.ColdTables > 0 {
-		name := fmt.Sprintf("maglev.Lookup, out of cache (%d tables, %d MiB)", cfg.ColdTables, cfg.ColdTables*LookupSize*4>>20)
+		name := fmt.Sprintf("maglev.Lookup, out of cache (%d tables, %d MiB)", cfg.ColdTables, cfg.ColdTables*LookupSize*2>>20)
 		cs = append(cs,
 			lookupCase{name: name, cold: true, loop: coldIndependent},
 			lookupCase{name: name, cold: true, dependent: true, loop: coldDependent},
@@ -51,22 +51,22 @@ func measureLookups(cfg Config, progress func(int)) ([]LookupResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	hot := make([]uint32, LookupSize)
+	hot := make([]uint16, LookupSize)
 	if err := bld.Build(Backends(100), hot); err != nil {
 		return nil, err
 	}
-	mask := make([]uint32, 1<<16)
+	mask := make([]uint16, 1<<16)
 	for i := range mask {
 		mask[i] = hot[i]
 	}
-	var cold [][]uint32
+	var cold [][]uint16
 	if cfg.ColdTables > 0 {
 		if bits.OnesCount(uint(cfg.ColdTables)) != 1 {
 			return nil, fmt.Errorf("ColdTables %d is not a power of two", cfg.ColdTables)
 		}
 		// Separate allocations, each a copy: the lookups touch
-		// ColdTables × 256 KiB at random.
-		cold = make([][]uint32, cfg.ColdTables)
+		// ColdTables × 128 KiB at random.
+		cold = make([][]uint16, cfg.ColdTables)
 		for i := range cold {
 			cold[i] = slices.Clone(hot)
 		}
@@ -75,10 +75,10 @@ func measureLookups(cfg Config, progress func(int)) ([]LookupResult, error) {
 	var out []LookupResult
 	times := make([]float64, cfg.LookupRuns)
 	for _, c := range lookupCases(cfg) {
-		tables := [][]uint32{hot}
+		tables := [][]uint16{hot}
 		switch {
 		case c.baseline:
-			tables = [][]uint32{mask}
+			tables = [][]uint16{mask}
 		case c.cold:
 			tables = cold
 		}
@@ -106,7 +106,7 @@ func measureLookups(cfg Config, progress func(int)) ([]LookupResult, error) {
 // that the CPU overlaps lookups: throughput.
 //
 //go:noinline
-func lookupIndependent(tables [][]uint32, n int, seed uint64) uint64 {
+func lookupIndependent(tables [][]uint16, n int, seed uint64) uint64 {
 	t, h, sum := tables[0], seed, uint64(0)
 	for range n {
 		h = h*lcgMul + lcgAdd
@@ -119,7 +119,7 @@ func lookupIndependent(tables [][]uint32, n int, seed uint64) uint64 {
 // lookup waits for the one before: latency.
 //
 //go:noinline
-func lookupDependent(tables [][]uint32, n int, seed uint64) uint64 {
+func lookupDependent(tables [][]uint16, n int, seed uint64) uint64 {
 	t, h := tables[0], seed
 	for range n {
 		h = (h^uint64(maglev.Lookup(t, h)))*lcgMul + lcgAdd
@@ -131,7 +131,7 @@ func lookupDependent(tables [][]uint32, n int, seed uint64) uint64 {
 // the hash choosing one (len(tables) is a power of two).
 //
 //go:noinline
-func coldIndependent(tables [][]uint32, n int, seed uint64) uint64 {
+func coldIndependent(tables [][]uint16, n int, seed uint64) uint64 {
 	sh, h, sum := uint(64-bits.TrailingZeros(uint(len(tables)))), seed, uint64(0)
 	for range n {
 		h = h*lcgMul + lcgAdd
@@ -143,7 +143,7 @@ func coldIndependent(tables [][]uint32, n int, seed uint64) uint64 {
 // coldDependent is lookupDependent over many tables.
 //
 //go:noinline
-func coldDependent(tables [][]uint32, n int, seed uint64) uint64 {
+func coldDependent(tables [][]uint16, n int, seed uint64) uint64 {
 	sh, h := uint(64-bits.TrailingZeros(uint(len(tables)))), seed
 	for range n {
 		h = (h^uint64(maglev.Lookup(tables[h>>sh], h)))*lcgMul + lcgAdd
@@ -155,7 +155,7 @@ func coldDependent(tables [][]uint32, n int, seed uint64) uint64 {
 // top 16 bits: the cost of the memory access alone.
 //
 //go:noinline
-func maskIndependent(tables [][]uint32, n int, seed uint64) uint64 {
+func maskIndependent(tables [][]uint16, n int, seed uint64) uint64 {
 	t, h, sum := tables[0][:1<<16], seed, uint64(0)
 	for range n {
 		h = h*lcgMul + lcgAdd
@@ -167,7 +167,7 @@ func maskIndependent(tables [][]uint32, n int, seed uint64) uint64 {
 // maskDependent is lookupDependent without the division.
 //
 //go:noinline
-func maskDependent(tables [][]uint32, n int, seed uint64) uint64 {
+func maskDependent(tables [][]uint16, n int, seed uint64) uint64 {
 	t, h := tables[0][:1<<16], seed
 	for range n {
 		h = (h^uint64(t[h>>48]))*lcgMul + lcgAdd

@@ -50,7 +50,7 @@ func Full() Config {
 		Trials:     8,
 		LookupOps:  2_000_000,
 		LookupRuns: 7,
-		ColdTables: 512, // 128 MiB: well beyond any last-level cache
+		ColdTables: 1024, // 128 MiB: well beyond any last-level cache
 		Seed:       1,
 	}
 }
@@ -212,7 +212,7 @@ func run(cfg Config, progress func(int)) (Result, error) {
 		if err != nil {
 			return r, err
 		}
-		table := make([]uint32, m)
+		table := make([]uint16, m)
 		scratch := &scratch{bld: bld, table: table}
 		for _, n := range cfg.Backends {
 			if uint64(n) > uint64(m/2) {
@@ -303,7 +303,7 @@ func joinWeights(ws []uint32) string {
 // after a first build with a new one.
 func measureBuild(m uint32, bs []maglev.Backend, reps int) (BuildResult, error) {
 	b := BuildResult{M: m, N: len(bs), Reps: reps}
-	table := make([]uint32, m)
+	table := make([]uint16, m)
 	times := make([]float64, reps)
 	runtime.GC()
 
@@ -352,7 +352,7 @@ func median(xs []float64) float64 {
 // disruption measurements.
 type scratch struct {
 	bld                 *maglev.Builder
-	table               []uint32
+	table               []uint16
 	before, after       []int32
 	ids, idsAfter       []int32
 	beforeBs, changedBs []maglev.Backend

@@ -4,7 +4,7 @@ import "math"
 
 // Counts returns how many table entries each of n backends owns; table[i] is
 // an index in [0, n).
-func Counts(table []uint32, n int) []int {
+func Counts(table []uint16, n int) []int {
 	c := make([]int, n)
 	for _, b := range table {
 		c[b]++
@@ -179,7 +179,7 @@ func Disrupt(before, after []int32, affected int32) Disruption {
 
 // Owners translates table (indexes into a backend slice) into stable IDs:
 // ids[i] is the ID of the slice's backend i. dst is reused when large enough.
-func Owners(dst []int32, table []uint32, ids []int32) []int32 {
+func Owners(dst []int32, table []uint16, ids []int32) []int32 {
 	if cap(dst) < len(table) {
 		dst = make([]int32, len(table))
 	}

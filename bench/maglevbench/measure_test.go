@@ -7,7 +7,7 @@ import (
 )
 
 func TestCounts(t *testing.T) {
-	got := Counts([]uint32{0, 2, 2, 1, 2, 0}, 4)
+	got := Counts([]uint16{0, 2, 2, 1, 2, 0}, 4)
 	if want := []int{2, 1, 3, 0}; !slices.Equal(got, want) {
 		t.Errorf("Counts = %v, want %v", got, want)
 	}
@@ -135,7 +135,7 @@ func TestSummarise(t *testing.T) {
 
 func TestOwners(t *testing.T) {
 	// Backend 1 of the slice was removed: slice index 1 is ID 2.
-	got := Owners(nil, []uint32{0, 1, 1, 0}, []int32{0, 2})
+	got := Owners(nil, []uint16{0, 1, 1, 0}, []int32{0, 2})
 	if want := []int32{0, 2, 2, 0}; !slices.Equal(got, want) {
 		t.Errorf("Owners = %v, want %v", got, want)
 	}

@@ -105,7 +105,7 @@ func (r *Result) lookupTable() report.Table {
 	}
 	for _, l := range r.Lookup {
 		t.Rows = append(t.Rows, []string{l.Case, hashes(l.Dependent),
-			strconv.Itoa(l.Tables * l.Entries * 4 >> 10), f(l.Ns, 2)})
+			strconv.Itoa(l.Tables * l.Entries * 2 >> 10), f(l.Ns, 2)})
 	}
 	return t
 }
@@ -243,7 +243,7 @@ func (r *Result) notes() []string {
 		ns = append(ns, fmt.Sprintf("Build cost is per table entry: %.1f ns/entry (M=%d, N=%d) to %.1f ns/entry (M=%d, N=%d). "+
 			"A build sorts and hashes the N keys once (O(N log N)), then fills the M entries; each fill walks the backend's "+
 			"permutation past taken entries, and the last free entries take many probes, so the fill is O(M log M) random "+
-			"accesses to the table: cheap while the table stays in cache (M=65537: 256 KiB), dearer beyond it (M=655373: 2.5 MiB). "+
+			"accesses to the table: cheap while the table stays in cache (M=65537: 128 KiB), dearer beyond it (M=655373: 1.25 MiB). "+
 			"A CPU profile of the builds (lbbench maglev --cpuprofile FILE; go tool pprof -top) puts nearly all the time "+
 			"in maglev.populate and its step, the probe loop (one full run on a 2-core EPYC VM: 95 %% of Build; "+
 			"sorting the keys 2 %%, hashing them under 1 %%).",

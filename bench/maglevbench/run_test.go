@@ -131,7 +131,7 @@ func TestRefusedAndNotPrime(t *testing.T) {
 // TestLookupLoops: the timed loops do the lookups they claim.
 func TestLookupLoops(t *testing.T) {
 	bld, _ := maglev.NewBuilder(LookupSize)
-	a, b := make([]uint32, LookupSize), make([]uint32, LookupSize)
+	a, b := make([]uint16, LookupSize), make([]uint16, LookupSize)
 	if err := bld.Build(Backends(10), a); err != nil {
 		t.Fatal(err)
 	}
@@ -144,13 +144,13 @@ func TestLookupLoops(t *testing.T) {
 		h = h*lcgMul + lcgAdd
 		sum += uint64(a[h%LookupSize])
 	}
-	if got := lookupIndependent([][]uint32{a}, n, 5); got != sum {
+	if got := lookupIndependent([][]uint16{a}, n, 5); got != sum {
 		t.Errorf("lookupIndependent = %d, want %d", got, sum)
 	}
-	if got := coldIndependent([][]uint32{a}, n, 5); got != sum {
+	if got := coldIndependent([][]uint16{a}, n, 5); got != sum {
 		t.Errorf("coldIndependent, one table = %d, want %d", got, sum)
 	}
-	if got, want := coldDependent([][]uint32{a}, n, 5), lookupDependent([][]uint32{a}, n, 5); got != want {
+	if got, want := coldDependent([][]uint16{a}, n, 5), lookupDependent([][]uint16{a}, n, 5); got != want {
 		t.Errorf("coldDependent, one table = %d, lookupDependent %d", got, want)
 	}
 
@@ -164,7 +164,7 @@ func TestLookupLoops(t *testing.T) {
 		}
 		sum += uint64(tb[h%LookupSize])
 	}
-	if got := coldIndependent([][]uint32{a, b}, n, 5); got != sum {
+	if got := coldIndependent([][]uint16{a, b}, n, 5); got != sum {
 		t.Errorf("coldIndependent, two tables = %d, want %d", got, sum)
 	}
 }
