@@ -22,7 +22,8 @@ const (
 
 // Options configure a Checker.
 type Options struct {
-	// MaxConcurrent bounds the probes in flight; 0 means
+	// MaxConcurrent is the number of workers that probe, and so the most
+	// probes in flight; 0 means
 	// DefaultMaxConcurrent.
 	MaxConcurrent int
 	// BatchDelay is how long a result may wait for others to join its
@@ -47,14 +48,20 @@ type Checker struct {
 	log     *zap.Logger
 	opts    Options
 	client  *http.Client
-	sem     chan struct{}
 	results chan Result
 
 	mu      sync.Mutex
 	targets map[string]*target
 	ctx     context.Context // Run's; nil before Run
 	started bool
-	wg      sync.WaitGroup // target loops
+
+	// The schedule: every running target's next probe, earliest first,
+	// read by one goroutine that hands due probes to MaxConcurrent
+	// workers. A target costs a heap entry and no goroutine, so that tens
+	// of thousands keep their interval.
+	sched schedule
+	work  chan due
+	quit  chan struct{} // closed when Run has stopped every target
 }
 
 // New returns a Checker with no targets; Set gives it some, Run runs it.
@@ -72,9 +79,11 @@ func New(log *zap.Logger, opts Options) *Checker {
 		log:     log,
 		opts:    opts,
 		client:  newHTTPClient(),
-		sem:     make(chan struct{}, opts.MaxConcurrent),
 		results: make(chan Result, 256),
 		targets: map[string]*target{},
+		sched:   schedule{wake: make(chan struct{}, 1)},
+		work:    make(chan due),
+		quit:    make(chan struct{}),
 	}
 }
 
@@ -105,7 +114,7 @@ func (c *Checker) Set(targets []Target) error {
 	defer c.mu.Unlock()
 	for key, old := range c.targets {
 		if _, ok := next[key]; !ok {
-			old.stop()
+			c.stop(old)
 			delete(c.targets, key)
 		}
 	}
@@ -116,7 +125,7 @@ func (c *Checker) Set(targets []Target) error {
 		}
 		nt := &target{t: t, prober: probers[key]}
 		if ok {
-			old.stop()
+			c.stop(old)
 			if old.t.Addr == t.Addr {
 				nt.h, nt.last = old.state()
 			}
@@ -165,17 +174,21 @@ func (c *Checker) Run(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 
-	var nwg sync.WaitGroup
-	nwg.Go(func() { c.notifyLoop(ctx) })
+	var wg sync.WaitGroup
+	wg.Go(func() { c.notifyLoop(ctx) })
+	wg.Go(c.dispatch)
+	for range c.opts.MaxConcurrent {
+		wg.Go(c.worker)
+	}
 	<-ctx.Done()
 
 	c.mu.Lock()
 	for _, t := range c.targets {
-		t.stop()
+		c.stop(t)
 	}
 	c.mu.Unlock()
-	c.wg.Wait()
-	nwg.Wait()
+	close(c.quit)
+	wg.Wait()
 	c.client.CloseIdleConnections()
 	return nil
 }
@@ -197,15 +210,6 @@ func (c *Checker) Status() []Status {
 	return out
 }
 
-// start runs t's loop under Run's context; c.mu is held.
-func (c *Checker) start(t *target) {
-	ctx, cancel := context.WithCancel(c.ctx)
-	t.cancel, t.done = cancel, make(chan struct{})
-	c.wg.Go(func() {
-		defer close(t.done)
-		c.loop(ctx, t)
-	})
-}
 
 // notifyLoop hands results to Notify in batches: a batch opens with its
 // first result and closes BatchDelay later, so the results of probes that

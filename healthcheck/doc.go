@@ -1,11 +1,15 @@
 // Package healthcheck probes backends on the kernel's network stack and says
 // which are healthy and what weight each reports (SPEC W1, W1a, W1b).
 //
-// A Checker runs one loop per Target. Each loop waits a deterministic share
-// of its interval (a hash of the target's key) before its first probe, so a
-// thousand backends configured at once are not probed at once, then probes
-// once per interval. A semaphore bounds the probes in flight; each has its
-// own deadline (the check's timeout) from context.WithTimeout.
+// A Checker keeps one schedule of every Target's next probe (a heap, read by
+// one goroutine) and MaxConcurrent workers that probe, so a target costs a
+// heap entry rather than a goroutine and tens of thousands keep their
+// interval. Each target waits a deterministic share of its interval (a hash
+// of the target's key) before its first probe, so a thousand backends
+// configured at once are not probed at once, then is probed once per
+// interval, on the points of its schedule; a probe that starts late (every
+// worker busy) does not move the later ones. Each probe has its own
+// deadline (the check's timeout) from context.WithTimeout.
 //
 // Probes: an HTTP check sends GET request_path on a fresh connection (no
 // keep-alive: a health check must open a connection as a client would), with

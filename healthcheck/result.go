@@ -69,7 +69,7 @@ type Result struct {
 	// why ("HTTP 200", "connection refused", "timed out after 1s", ...).
 	Pass   bool
 	Reason string
-	// Latency is how long the probe took (waiting for the semaphore
+	// Latency is how long the probe took (waiting for a free worker
 	// excluded); Time is when it ended.
 	Latency time.Duration
 	Time    time.Time

@@ -1,6 +1,7 @@
 package healthcheck
 
 import (
+	"container/heap"
 	"context"
 	"hash/fnv"
 	"net/netip"
@@ -10,30 +11,72 @@ import (
 	"go.uber.org/zap"
 )
 
-// target is one Target and its loop.
+// target is one Target and its place in the schedule.
 type target struct {
 	t      Target
 	prober prober
-	cancel context.CancelFunc // nil until started
-	done   chan struct{}
 
-	mu   sync.Mutex // h and last: the loop writes, Status reads
+	// ctx ends the target's probes: its own cancel (stop) or Run's end.
+	// stopped (under the schedule's lock) keeps the dispatcher from
+	// handing out another probe once stop began; inflight counts the
+	// probes handed out and not yet finished. Set while c.mu is held.
+	ctx      context.Context
+	cancel   context.CancelFunc // nil until started
+	stopped  bool
+	inflight sync.WaitGroup
+
+	mu   sync.Mutex // h and last: the probes write, Status reads
 	h    health
 	last Result
-}
-
-// stop ends the loop and waits for it.
-func (t *target) stop() {
-	if t.cancel != nil {
-		t.cancel()
-		<-t.done
-	}
 }
 
 func (t *target) state() (health, Result) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.h, t.last
+}
+
+// due is a target's next probe: at tick, a point of its schedule (its
+// first probe, then one per interval).
+type due struct {
+	at time.Time
+	t  *target
+}
+
+// schedule is a min-heap of due probes, earliest first; wake tells the
+// dispatcher that an earlier one was added.
+type schedule struct {
+	mu   sync.Mutex
+	h    dueHeap
+	wake chan struct{}
+}
+
+type dueHeap []due
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(due)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	old[len(old)-1] = due{}
+	*h = old[:len(old)-1]
+	return d
+}
+
+// add schedules d, waking the dispatcher if d is now the earliest.
+func (s *schedule) add(d due) {
+	s.mu.Lock()
+	heap.Push(&s.h, d)
+	first := s.h[0].t == d.t && s.h[0].at.Equal(d.at)
+	s.mu.Unlock()
+	if first {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // firstDelay is how long a target waits before its first probe: a point of
@@ -49,44 +92,124 @@ func firstDelay(key string, interval time.Duration) time.Duration {
 	return time.Duration(h.Sum64() % uint64(interval))
 }
 
-// loop probes t once per interval, after its staggered start, until ctx is
-// done.
-func (c *Checker) loop(ctx context.Context, t *target) {
-	ck := t.t.Check
-	timer := time.NewTimer(firstDelay(t.t.Key, ck.CheckInterval))
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
+// start schedules t's first probe, after its staggered delay, under Run's
+// context; c.mu is held.
+func (c *Checker) start(t *target) {
+	t.ctx, t.cancel = context.WithCancel(c.ctx)
+	c.sched.add(due{at: time.Now().Add(firstDelay(t.t.Key, t.t.Check.CheckInterval)), t: t})
+}
+
+// stop ends t's probes and waits for the one in flight, if any (it is cut
+// short and reports nothing); c.mu is held.
+func (c *Checker) stop(t *target) {
+	if t.cancel == nil {
 		return
-	case <-timer.C:
 	}
-	tick := time.NewTicker(ck.CheckInterval)
-	defer tick.Stop()
+	c.sched.mu.Lock()
+	t.stopped = true
+	c.sched.mu.Unlock()
+	t.cancel()
+	t.inflight.Wait()
+}
+
+// dispatch hands each probe to a worker when it is due, until Run ends.
+// Workers that are all busy hold the probes back (MaxConcurrent bounds the
+// probes in flight); a late probe then starts as soon as one is free.
+func (c *Checker) dispatch() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
-		r, ok := c.probeOnce(ctx, t)
-		if !ok {
-			return
+		s := &c.sched
+		s.mu.Lock()
+		var d due
+		wait := time.Hour
+		ready := false
+		for len(s.h) > 0 {
+			if s.h[0].t.stopped {
+				heap.Pop(&s.h)
+				continue
+			}
+			if wait = time.Until(s.h[0].at); wait <= 0 {
+				d = heap.Pop(&s.h).(due)
+				d.t.inflight.Add(1)
+				ready = true
+			}
+			break
 		}
-		select {
-		case c.results <- r:
-		case <-ctx.Done():
-			return
+		s.mu.Unlock()
+		if ready {
+			select {
+			case c.work <- d:
+			case <-c.quit:
+				d.t.inflight.Done()
+				return
+			}
+			continue
 		}
+		timer.Reset(wait)
 		select {
-		case <-ctx.Done():
+		case <-timer.C:
+		case <-s.wake:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		case <-c.quit:
 			return
-		case <-tick.C:
 		}
 	}
 }
 
-// probeOnce waits for a slot of the semaphore, probes with the check's
-// deadline, and records the outcome. It returns false when ctx ended first
-// (a probe cut short by a stop is no verdict on the backend).
-func (c *Checker) probeOnce(ctx context.Context, t *target) (Result, bool) {
+// worker probes what dispatch hands it, reports the result, and schedules
+// the target's next probe, until Run ends.
+func (c *Checker) worker() {
+	for {
+		select {
+		case d := <-c.work:
+			c.probeDue(d)
+		case <-c.quit:
+			return
+		}
+	}
+}
+
+// probeDue probes d's target unless it was stopped, hands the result on,
+// and schedules the next probe at the next point of its schedule: like a
+// ticker's, a point that passed during the probe makes the next one start
+// at once, and any further ones are skipped.
+func (c *Checker) probeDue(d due) {
+	t := d.t
+	defer t.inflight.Done()
+	r, ok := c.probeOnce(t.ctx, t)
+	if !ok {
+		return
+	}
 	select {
-	case c.sem <- struct{}{}:
-	case <-ctx.Done():
+	case c.results <- r:
+	case <-t.ctx.Done():
+		return
+	}
+	interval := t.t.Check.CheckInterval
+	next := d.at.Add(interval)
+	if now := time.Now(); !next.After(now) {
+		// The latest point of the schedule that has passed.
+		next = next.Add(now.Sub(next) / interval * interval)
+	}
+	c.sched.mu.Lock()
+	stopped := t.stopped
+	c.sched.mu.Unlock()
+	if !stopped {
+		c.sched.add(due{at: next, t: t})
+	}
+}
+
+// probeOnce probes with the check's deadline and records the outcome. It
+// returns false when ctx ended first (a probe cut short by a stop is no
+// verdict on the backend).
+func (c *Checker) probeOnce(ctx context.Context, t *target) (Result, bool) {
+	if ctx.Err() != nil {
 		return Result{}, false
 	}
 	pctx, cancel := context.WithTimeout(ctx, t.t.Check.Timeout)
@@ -94,7 +217,6 @@ func (c *Checker) probeOnce(ctx context.Context, t *target) (Result, bool) {
 	o := t.prober.probe(pctx)
 	end := time.Now()
 	cancel()
-	<-c.sem
 	if ctx.Err() != nil {
 		return Result{}, false
 	}
