@@ -52,8 +52,8 @@ func Full() Config {
 // Quick is CI's run: small sizes that still show the growth, small tables.
 func Quick() Config {
 	return Config{
-		Quick: true, VIPs: []int{1000, 4000}, Backends: 4, TableSize: 1021, Reps: 3,
-		HealthTargets: 4000, HealthInterval: time.Second, HealthRounds: 1,
+		Quick: true, VIPs: []int{500, 2000}, Backends: 4, TableSize: 1021, Reps: 3,
+		HealthTargets: 2000, HealthInterval: time.Second, HealthRounds: 1,
 	}
 }
 

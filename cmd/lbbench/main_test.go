@@ -41,7 +41,7 @@ func TestUsage(t *testing.T) {
 		if rc := run(tc.args, &out, &errb); rc != tc.rc || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("lbbench %v: exit %d, stderr %q; want exit %d with %q", tc.args, rc, errb.String(), tc.rc, tc.want)
 		}
-		for _, c := range []string{"core", "xdp", "maglev"} {
+		for _, c := range []string{"core", "xdp", "maglev", "control"} {
 			if tc.want == "commands:" && !strings.Contains(errb.String(), "\n  "+c+" ") {
 				t.Errorf("usage does not list %s:\n%s", c, errb.String())
 			}
