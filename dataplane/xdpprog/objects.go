@@ -15,8 +15,9 @@ const (
 	MaxQueues = 4096
 	// MaxVIPs is how many addresses SetVIPs accepts. The map holds twice
 	// as many, so that a replacement can add every new address before it
-	// deletes the old ones.
-	MaxVIPs = 4096
+	// deletes the old ones: 65,536 entries of 17 bytes, a few MiB of
+	// kernel memory, for configurations of 20,000 VIPs and more.
+	MaxVIPs = 32768
 )
 
 // Errors that the functions of this package wrap.
