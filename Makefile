@@ -45,12 +45,14 @@ bench:
 	$(GO) build -o bin/lbbench ./cmd/lbbench
 	./bin/lbbench core --quick
 	./bin/lbbench maglev --quick
+	./bin/lbbench control --quick
 	@if [ "$$(id -u)" = 0 ]; then ./bin/lbbench xdp --quick; else echo "lbbench xdp: skipped (needs root: sudo env \"PATH=$$PATH\" make bench)"; fi
 
 lbbench:
 	$(GO) build -o bin/lbbench ./cmd/lbbench
 	./bin/lbbench core --plot bench-out
 	./bin/lbbench maglev --plot bench-out
+	./bin/lbbench control --plot bench-out
 	./bin/lbbench xdp --plot bench-out
 
 gobench:

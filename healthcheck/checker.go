@@ -214,18 +214,40 @@ func (c *Checker) Status() []Status {
 // notifyLoop hands results to Notify in batches: a batch opens with its
 // first result and closes BatchDelay later, so the results of probes that
 // end close together (a round of staggered probes of one interval, or a
-// burst after a network blip) arrive as one.
+// burst after a network blip) arrive as one. Notify runs on a goroutine of
+// its own, one batch at a time: results keep being taken while it works
+// (a control plane of many services takes a while over a batch), so that
+// probes never wait for it; what arrives meanwhile makes the next batch.
 func (c *Checker) notifyLoop(ctx context.Context) {
 	var (
 		batch []Result
 		timer *time.Timer
 		fire  <-chan time.Time
+		// busy: Notify has a batch; closed: the batch timer fired
+		// meanwhile, so the next batch goes as soon as Notify returns.
+		busy, closed bool
+		handoff      = make(chan []Result)
+		done         = make(chan struct{}, 1)
+		nwg          sync.WaitGroup
 	)
+	nwg.Go(func() {
+		for b := range handoff {
+			c.opts.Notify(b)
+			done <- struct{}{}
+		}
+	})
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
+		close(handoff)
+		nwg.Wait()
 	}()
+	send := func() {
+		busy, closed = true, false
+		handoff <- batch
+		batch = nil
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -235,7 +257,7 @@ func (c *Checker) notifyLoop(ctx context.Context) {
 				continue
 			}
 			batch = append(batch, r)
-			if fire == nil {
+			if fire == nil && !closed {
 				if timer == nil {
 					timer = time.NewTimer(c.opts.BatchDelay)
 				} else {
@@ -245,8 +267,16 @@ func (c *Checker) notifyLoop(ctx context.Context) {
 			}
 		case <-fire:
 			fire = nil
-			c.opts.Notify(batch)
-			batch = nil
+			if busy {
+				closed = true
+			} else {
+				send()
+			}
+		case <-done:
+			busy = false
+			if closed {
+				send()
+			}
 		}
 	}
 }
