@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"reflect"
@@ -31,18 +32,30 @@ func Load(path string) (*Config, error) {
 // every reference resolved, or Errors listing every problem found.
 func Parse(path string, data []byte) (*Config, error) {
 	src := string(data)
-	// A generic decoding first: it reports syntax errors, and checkKeys finds
-	// unknown keys and misshapen tables in it before the typed decoding.
-	var tree map[string]any
-	if _, err := toml.Decode(src, &tree); err != nil {
+	// One decoding, kept as one undecoded value per top-level key: each
+	// is turned into a generic tree, in which checkKeys finds unknown keys
+	// and misshapen tables, and then into the typed rawFile, without
+	// parsing the text again.
+	var top map[string]toml.Primitive
+	md, err := toml.Decode(src, &top)
+	if err != nil {
 		return nil, Errors{decodeError(path, err)}
 	}
-	c := &converter{file: path, lines: locate(src)}
+	tree := make(map[string]any, len(top))
+	for k, p := range top {
+		var v any
+		if err := md.PrimitiveDecode(p, &v); err != nil {
+			return nil, Errors{decodeError(path, err)}
+		}
+		tree[k] = v
+	}
+	// Lines are found only for errors: a valid file does not pay for it.
+	c := &converter{file: path, src: src}
 	if !c.checkKeys(tree, reflect.TypeFor[rawFile](), "") {
 		return nil, c.sorted()
 	}
 	var raw rawFile
-	if _, err := toml.Decode(src, &raw); err != nil {
+	if err := decodeRaw(md, top, &raw); err != nil {
 		// The decoder matches field names case-insensitively, so a case
 		// variant of a known key (reported above as unknown) can still fail
 		// it; nothing else should.
@@ -57,6 +70,38 @@ func Parse(path string, data []byte) (*Config, error) {
 	}
 	cfg.Path = path
 	return cfg, nil
+}
+
+// decodeRaw decodes the top-level values of a file into raw as decoding
+// the whole text into it would: each field takes the key of its tag or,
+// when the file has no such key, one that differs only in case (the first
+// in sorted order; the decoder's own choice among several is random).
+func decodeRaw(md toml.MetaData, top map[string]toml.Primitive, raw *rawFile) error {
+	rv := reflect.ValueOf(raw).Elem()
+	rt := rv.Type()
+	var keys []string
+	for i := range rt.NumField() {
+		tag := rt.Field(i).Tag.Get("toml")
+		p, ok := top[tag]
+		if !ok {
+			if keys == nil {
+				keys = slices.Sorted(maps.Keys(top))
+			}
+			for _, k := range keys {
+				if strings.EqualFold(k, tag) {
+					p, ok = top[k], true
+					break
+				}
+			}
+		}
+		if !ok {
+			continue
+		}
+		if err := md.PrimitiveDecode(p, rv.Field(i).Addr().Interface()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sorted returns the errors in file order, those of unknown line last.
@@ -84,7 +129,8 @@ func decodeError(path string, err error) *Error {
 // converter turns a rawFile into a Config, collecting every error.
 type converter struct {
 	file  string
-	lines lineIndex
+	src   string
+	lines lineIndex // of src, made by the first error
 	errs  Errors
 
 	// What was converted so far, by name: for uniqueness and references.
@@ -95,6 +141,9 @@ type converter struct {
 
 // add records an error at a field path, locating it in the file.
 func (c *converter) add(path, format string, args ...any) {
+	if c.lines == nil {
+		c.lines = locate(c.src)
+	}
 	c.errs = append(c.errs, &Error{
 		File:  c.file,
 		Line:  c.lines.find(path),
