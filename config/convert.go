@@ -41,9 +41,9 @@ const (
 	maxSourceRanges          = 64 // FR6
 	// maxEndpoints bounds a service's endpoints: a Maglev table entry is 2
 	// bytes (maglev.MaxBackends).
-	maxEndpoints = 1<<16 - 1
-	allPortsRange            = "1-65535"
-	queuesAll                = "all"
+	maxEndpoints  = 1<<16 - 1
+	allPortsRange = "1-65535"
+	queuesAll     = "all"
 )
 
 // convert builds the Config; problems are collected in c.errs, and the

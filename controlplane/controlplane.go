@@ -100,9 +100,9 @@ type serviceState struct {
 	tableSize uint32
 	tableSet  []member
 	table     []uint16
-	eligible []dataplane.BackendRef
-	lastSide dataplane.Side
-	sideSet  bool
+	eligible  []dataplane.BackendRef
+	lastSide  dataplane.Side
+	sideSet   bool
 	// switches counts side changes: [0] to failover, [1] back to primary.
 	switches [2]uint64
 }

@@ -210,7 +210,6 @@ func (c *Checker) Status() []Status {
 	return out
 }
 
-
 // notifyLoop hands results to Notify in batches: a batch opens with its
 // first result and closes BatchDelay later, so the results of probes that
 // end close together (a round of staggered probes of one interval, or a
