@@ -89,9 +89,11 @@ type Point struct {
 	// HeapBeyondTablesMB: heap and goroutine stacks held by the running
 	// configuration, control plane, snapshot and checker, minus the tables.
 	HeapBeyondTablesMB float64 `json:"heap_beyond_tables_mb"`
-	// TablesMB: the Maglev tables of the snapshot; TableEntryBytes the
-	// width of one entry.
+	// TablesMB: the heap the Maglev tables of the snapshot take (each
+	// rounded up as the allocator rounds it), TableEntriesMB their entries
+	// alone; TableEntryBytes the width of one entry.
 	TablesMB        float64 `json:"tables_mb"`
+	TableEntriesMB  float64 `json:"table_entries_mb"`
 	TableEntryBytes int     `json:"table_entry_bytes"`
 }
 
@@ -157,10 +159,12 @@ type Timing struct {
 	CPUMs float64 `json:"cpu_ms"`
 }
 
-// timed runs fn reps times and returns the medians.
+// timed runs fn reps times and returns the medians. Each run starts after
+// a collection, so that the collector's work in it is its own garbage's.
 func timed(reps int, fn func() error) (Timing, error) {
 	var ws, cs []float64
 	for range max(reps, 1) {
+		runtime.GC()
 		t, c := time.Now(), cpuTime()
 		if err := fn(); err != nil {
 			return Timing{}, err
@@ -177,6 +181,24 @@ func inUse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc + m.StackInuse
+}
+
+// tableAlloc is the heap one table of m entries takes, measured: the
+// allocator rounds a size up to its size class or, above 32 KiB, to whole
+// pages.
+func tableAlloc(m int) uint64 {
+	const n = 64
+	before := inUse()
+	keep := make([][]uint16, n)
+	for i := range keep {
+		keep[i] = make([]uint16, m)
+	}
+	after := inUse()
+	runtime.KeepAlive(keep)
+	if after <= before {
+		return uint64(m * tableEntryBytes)
+	}
+	return max(uint64(m*tableEntryBytes), (after-before)/n)
 }
 
 // vipSet stands in for the XDP program's VIP map: the set of keys it would
@@ -256,13 +278,18 @@ func measure(cfg Config, n int) (Point, error) {
 
 	used := inUse()
 	snap := cp.Snapshot()
-	var tables uint64
+	var entries, ntables uint64
 	for _, s := range snap.Services {
-		if s != nil {
-			tables += uint64(len(s.Table)) * uint64(tableEntryBytes)
+		if s != nil && len(s.Table) > 0 {
+			entries += uint64(len(s.Table))
+			ntables++
 		}
 	}
 	p.TableEntryBytes = tableEntryBytes
+	p.TableEntriesMB = float64(entries*uint64(tableEntryBytes)) / (1 << 20)
+	// What the tables take from the heap: a table of 65537 2-byte entries
+	// is a large object, rounded up to whole 8 KiB pages.
+	tables := ntables * tableAlloc(int(cfg.TableSize))
 	p.TablesMB = float64(tables) / (1 << 20)
 	p.HeapBeyondTablesMB = (float64(used) - float64(base) - float64(tables)) / (1 << 20)
 	runtime.KeepAlive(cp)
