@@ -183,23 +183,27 @@ func inUse() uint64 {
 	return m.HeapAlloc + m.StackInuse
 }
 
-// tableAlloc is the heap one table of m entries takes, measured: the
-// allocator rounds a size up to its size class or, above 32 KiB, to whole
-// pages.
+// tableAlloc is the heap one table of m entries takes: the allocator
+// rounds a size up to its size class or, above 32 KiB, to whole 8 KiB
+// pages (runtime/sizeclasses.go).
 func tableAlloc(m int) uint64 {
-	const n = 64
-	before := inUse()
-	keep := make([][]uint16, n)
-	for i := range keep {
-		keep[i] = make([]uint16, m)
+	n := uint64(m * tableEntryBytes)
+	if n > 32768 {
+		return (n + 8191) &^ 8191
 	}
-	after := inUse()
-	runtime.KeepAlive(keep)
-	if after <= before {
-		return uint64(m * tableEntryBytes)
+	for _, c := range sizeClasses {
+		if n <= c {
+			return c
+		}
 	}
-	return max(uint64(m*tableEntryBytes), (after-before)/n)
+	return n
 }
+
+// sizeClasses are the Go allocator's small size classes.
+var sizeClasses = []uint64{8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256,
+	288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 896, 1024, 1152, 1280, 1408, 1536, 1792, 2048,
+	2304, 2688, 3072, 3200, 3456, 4096, 4864, 5376, 6144, 6528, 6784, 6912, 8192, 9472, 9728, 10240, 10880,
+	12288, 13568, 14336, 16384, 18432, 19072, 20480, 21760, 24576, 27264, 28672, 32768}
 
 // vipSet stands in for the XDP program's VIP map: the set of keys it would
 // hold, rebuilt on every call as xdpprog.SetVIPs builds its own.
