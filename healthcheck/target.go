@@ -255,12 +255,18 @@ func (c *Checker) logResult(t *target, r Result, prev, cur health) {
 	case prev.probes == 0 && !r.Pass:
 		c.log.Info("backend unhealthy", fields(zap.Bool("never_answered", true))...)
 	default:
-		c.log.Debug("probe", fields(zap.Bool("pass", r.Pass), zap.Duration("latency", r.Latency))...)
+		// Checked first: most probes change nothing, and their fields
+		// would be built for a level that is off.
+		if ce := c.log.Check(zap.DebugLevel, "probe"); ce != nil {
+			ce.Write(fields(zap.Bool("pass", r.Pass), zap.Duration("latency", r.Latency))...)
+		}
 	}
 	if r.WeightState != WeightNone && (prev.probes == 0 || r.WeightState != prev.lastState) {
 		c.log.Info("weight report", fields(zap.Stringer("state", r.WeightState), zap.Uint32("weight", r.Weight),
 			zap.Stringer("previous", prev.lastState))...)
 	} else if r.WeightChanged {
-		c.log.Debug("weight changed", fields(zap.Uint32("weight", r.Weight), zap.Uint32("previous", prev.lastW))...)
+		if ce := c.log.Check(zap.DebugLevel, "weight changed"); ce != nil {
+			ce.Write(fields(zap.Uint32("weight", r.Weight), zap.Uint32("previous", prev.lastW))...)
+		}
 	}
 }

@@ -110,6 +110,10 @@ type Health struct {
 	LateMaxMs float64 `json:"late_max_ms"`
 	// Missed counts intervals in which a target was not probed.
 	Missed int `json:"missed"`
+	// CPUShare is the process's CPU time over the wall-clock time of the
+	// run (2 = two cores busy): how much of the machine the checker, the
+	// control plane it feeds and the collector took, or could get.
+	CPUShare float64 `json:"cpu_share"`
 }
 
 // Result is one run.
@@ -123,20 +127,22 @@ type Result struct {
 // Run measures cfg; progress hears of each finished step.
 func Run(cfg Config, progress func(int)) (*Result, error) {
 	res := &Result{Quick: cfg.Quick, TableSize: cfg.TableSize}
-	for _, n := range cfg.VIPs {
-		p, err := measure(cfg, n)
-		if err != nil {
-			return nil, fmt.Errorf("%d VIPs: %w", n, err)
-		}
-		res.Points = append(res.Points, p)
-		progress(1)
-	}
+	// Health checks first, on a heap that the large configurations have
+	// not grown yet.
 	if cfg.HealthTargets > 0 {
 		h, err := measureHealth(cfg.HealthTargets, cfg.HealthInterval, cfg.HealthRounds)
 		if err != nil {
 			return nil, err
 		}
 		res.Health = h
+		progress(1)
+	}
+	for _, n := range cfg.VIPs {
+		p, err := measure(cfg, n)
+		if err != nil {
+			return nil, fmt.Errorf("%d VIPs: %w", n, err)
+		}
+		res.Points = append(res.Points, p)
 		progress(1)
 	}
 	return res, nil

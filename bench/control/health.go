@@ -75,9 +75,11 @@ func measureHealth(n int, interval time.Duration, rounds int) (*Health, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	began, cpu0 := time.Now(), cpuTime()
 	wg.Go(func() { _ = hc.Run(ctx) })
 	run := interval*time.Duration(1+rounds) + interval/4
 	time.Sleep(run)
+	share := float64(cpuTime()-cpu0) / float64(time.Since(began))
 	// A probe due in the last moments may still be on its way.
 	end := time.Now().Add(-interval / 10)
 	cancel()
@@ -86,7 +88,7 @@ func measureHealth(n int, interval time.Duration, rounds int) (*Health, error) {
 		return nil, applyErr
 	}
 
-	h := &Health{Targets: len(targets), IntervalMs: ms(interval)}
+	h := &Health{Targets: len(targets), IntervalMs: ms(interval), CPUShare: share}
 	var late []float64
 	for _, ss := range starts {
 		h.Probes += len(ss)
