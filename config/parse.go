@@ -55,7 +55,7 @@ func Parse(path string, data []byte) (*Config, error) {
 		return nil, c.sorted()
 	}
 	var raw rawFile
-	if err := decodeRaw(md, top, &raw); err != nil {
+	if err := fill(reflect.ValueOf(&raw).Elem(), tree); err != nil {
 		// The decoder matches field names case-insensitively, so a case
 		// variant of a known key (reported above as unknown) can still fail
 		// it; nothing else should.
@@ -72,24 +72,27 @@ func Parse(path string, data []byte) (*Config, error) {
 	return cfg, nil
 }
 
-// decodeRaw decodes the top-level values of a file into raw as decoding
-// the whole text into it would: each field takes the key of its tag or,
-// when the file has no such key, one that differs only in case (the first
-// in sorted order; the decoder's own choice among several is random).
-func decodeRaw(md toml.MetaData, top map[string]toml.Primitive, raw *rawFile) error {
-	rv := reflect.ValueOf(raw).Elem()
+// fill sets the fields of struct rv from table m as the TOML decoder would
+// decode into it: each field takes the key of its tag or, when the table
+// has no such key, one that differs only in case (the first in sorted
+// order; the decoder's own choice among several is random); a val takes
+// any value, a struct a table, a slice of structs an array of tables, a
+// pointer to a struct a table. A value of another shape (possible only
+// under a case variant of a key, which checkKeys reported as unknown) is an
+// error, as it is for the decoder.
+func fill(rv reflect.Value, m map[string]any) error {
 	rt := rv.Type()
 	var keys []string
 	for i := range rt.NumField() {
 		tag := rt.Field(i).Tag.Get("toml")
-		p, ok := top[tag]
+		v, ok := m[tag]
 		if !ok {
 			if keys == nil {
-				keys = slices.Sorted(maps.Keys(top))
+				keys = slices.Sorted(maps.Keys(m))
 			}
 			for _, k := range keys {
 				if strings.EqualFold(k, tag) {
-					p, ok = top[k], true
+					v, ok = m[k], true
 					break
 				}
 			}
@@ -97,9 +100,49 @@ func decodeRaw(md toml.MetaData, top map[string]toml.Primitive, raw *rawFile) er
 		if !ok {
 			continue
 		}
-		if err := md.PrimitiveDecode(p, rv.Field(i).Addr().Interface()); err != nil {
+		if err := fillValue(rv.Field(i), v); err != nil {
+			return fmt.Errorf("%s: %w", tag, err)
+		}
+	}
+	return nil
+}
+
+var errShape = errors.New("value of the wrong shape")
+
+func fillValue(f reflect.Value, v any) error {
+	switch {
+	case f.Type() == valType:
+		*f.Addr().Interface().(*val) = val{v: v, set: true}
+	case f.Kind() == reflect.Struct:
+		sub, ok := v.(map[string]any)
+		if !ok {
+			return errShape
+		}
+		return fill(f, sub)
+	case f.Kind() == reflect.Pointer:
+		sub, ok := v.(map[string]any)
+		if !ok {
+			return errShape
+		}
+		p := reflect.New(f.Type().Elem())
+		if err := fill(p.Elem(), sub); err != nil {
 			return err
 		}
+		f.Set(p)
+	case f.Kind() == reflect.Slice:
+		elems, ok := tables(v)
+		if !ok {
+			return errShape
+		}
+		s := reflect.MakeSlice(f.Type(), len(elems), len(elems))
+		for i, e := range elems {
+			if err := fill(s.Index(i), e); err != nil {
+				return err
+			}
+		}
+		f.Set(s)
+	default:
+		return errShape
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -149,8 +150,11 @@ func (c *converter) checkKeys(m map[string]any, t reflect.Type, path string) boo
 	slices.Sort(keys)
 	ok := true
 	for _, k := range keys {
-		p := joinPath(path, k)
 		ft, known := fields[k]
+		if known && ft == valType {
+			continue // a leaf: its type is checked during conversion
+		}
+		p := joinPath(path, k)
 		if known && ft.Kind() == reflect.Pointer {
 			ft = ft.Elem() // an optional table
 		}
@@ -163,8 +167,6 @@ func (c *converter) checkKeys(m map[string]any, t reflect.Type, path string) boo
 				}
 			}
 			c.add(p, "%s", msg)
-		case ft == valType:
-			// A leaf: its type is checked during conversion.
 		case ft.Kind() == reflect.Struct:
 			sub, isTable := m[k].(map[string]any)
 			if !isTable {
@@ -181,7 +183,7 @@ func (c *converter) checkKeys(m map[string]any, t reflect.Type, path string) boo
 				continue
 			}
 			for i, e := range elems {
-				ok = c.checkKeys(e, ft.Elem(), fmt.Sprintf("%s[%d]", p, i)) && ok
+				ok = c.checkKeys(e, ft.Elem(), p+"["+strconv.Itoa(i)+"]") && ok
 			}
 		}
 	}
