@@ -95,7 +95,6 @@ func New(log *zap.Logger, opts Options) *Checker {
 // bad port, interval or path) makes Set change nothing and return an error.
 func (c *Checker) Set(targets []Target) error {
 	next := make(map[string]Target, len(targets))
-	probers := make(map[string]prober, len(targets))
 	for _, t := range targets {
 		if err := valid(t); err != nil {
 			return fmt.Errorf("healthcheck: target %q: %w", t.Key, err)
@@ -103,15 +102,24 @@ func (c *Checker) Set(targets []Target) error {
 		if _, dup := next[t.Key]; dup {
 			return fmt.Errorf("healthcheck: target %q given twice", t.Key)
 		}
-		p, err := c.newProber(t)
-		if err != nil {
-			return fmt.Errorf("healthcheck: target %q: %w", t.Key, err)
-		}
-		next[t.Key], probers[t.Key] = t, p
+		next[t.Key] = t
 	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Probers only for the targets that are new or changed: a reload keeps
+	// most of them as they are.
+	probers := map[string]prober{}
+	for _, t := range targets {
+		if old, ok := c.targets[t.Key]; ok && old.t == t {
+			continue
+		}
+		p, err := c.newProber(t)
+		if err != nil {
+			return fmt.Errorf("healthcheck: target %q: %w", t.Key, err)
+		}
+		probers[t.Key] = p
+	}
 	for key, old := range c.targets {
 		if _, ok := next[key]; !ok {
 			c.stop(old)
