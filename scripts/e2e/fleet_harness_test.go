@@ -60,7 +60,7 @@ type fleet struct {
 	procs []*xlbProc // per instance, nil when not started
 	// started is every xlb ever started, stopped by upFleet's cleanup.
 	started []*xlbProc
-	exp   *config.Config
+	exp     *config.Config
 }
 
 // fleetConfig is instance in's configuration: web (TCP 80 on VIP4) and

@@ -375,5 +375,3 @@ func checkNoBreak(t *testing.T, tr *traffic, what string, alive []*longConn, fro
 	t.Logf("%s: %d long-lived connections, none broken; %d new connections, %d failed, %d answered after a SYN retransmission",
 		what, len(alive), len(attempts), len(failed), slow)
 }
-
-
