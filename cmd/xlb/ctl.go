@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"xlb/config"
 	"xlb/controlplane/admin"
@@ -15,8 +18,11 @@ import (
 // adminFlags parses --admin ADDR and -c FILE and returns the admin
 // listener to talk to: --admin, else the file's [admin].listen, else the
 // default; an unspecified host means this host's loopback.
-func adminFlags(name string, args []string) (addr string, rest []string, err error) {
+func adminFlags(name string, args []string, more ...func(*flag.FlagSet)) (addr string, rest []string, err error) {
 	fs := newFlags(name)
+	for _, m := range more {
+		m(fs)
+	}
 	flagAddr := fs.String("admin", "", "admin listener host:port")
 	path := fs.String("c", "", "configuration file (its [admin].listen)")
 	if err := parseFlags(fs, args); err != nil {
@@ -40,10 +46,25 @@ func adminFlags(name string, args []string) (addr string, rest []string, err err
 	return dial, fs.Args(), nil
 }
 
-// cmdDrain is `xlb drain|undrain [--admin ADDR] [-c FILE] NAME`.
+// cmdDrain is `xlb drain|undrain [--admin ADDR] [-c FILE] NAME`, or with
+// --node the whole instance's routes (its VIPs withdrawn, forwarding on).
 func cmdDrain(name string, args []string, stdout io.Writer) error {
-	addr, rest, err := adminFlags(name, args)
+	var node *bool
+	addr, rest, err := adminFlags(name, args, func(fs *flag.FlagSet) {
+		node = fs.Bool("node", false, "withdraw (drain) or announce again (undrain) this instance's VIP routes")
+	})
 	if err != nil {
+		return err
+	}
+	if *node {
+		if len(rest) != 0 {
+			return fmt.Errorf("xlb %s --node: takes no backend NAME (%w)", name, errUsage)
+		}
+		body, err := admin.Call(http.MethodPost, addr, "/"+name+"-node")
+		if err != nil {
+			return fmt.Errorf("xlb %s --node: %w", name, err)
+		}
+		_, err = stdout.Write(body)
 		return err
 	}
 	if len(rest) != 1 {
@@ -57,24 +78,61 @@ func cmdDrain(name string, args []string, stdout io.Writer) error {
 	return err
 }
 
-// cmdStatus is `xlb status [--admin ADDR] [-c FILE]`: /status as tables.
+// cmdStatus is `xlb status [--admin ADDR] [-c FILE]`: /status as tables;
+// with --fleet ADDR,... the fingerprints of every instance side by side
+// (exit 1 when they disagree).
 func cmdStatus(args []string, stdout io.Writer) error {
-	addr, rest, err := adminFlags("status", args)
+	var fleet *string
+	addr, rest, err := adminFlags("status", args, func(fs *flag.FlagSet) {
+		fleet = fs.String("fleet", "", "compare the instances at these admin listeners (host:port,...)")
+	})
 	if err != nil {
 		return err
 	}
 	if len(rest) > 0 {
 		return fmt.Errorf("xlb status: unexpected argument %q (%w)", rest[0], errUsage)
 	}
+	if *fleet != "" {
+		return fleetStatus(strings.Split(*fleet, ","), stdout)
+	}
+	r, err := fetchStatus(addr)
+	if err != nil {
+		return err
+	}
+	return admin.WriteTables(stdout, r)
+}
+
+func fetchStatus(addr string) (*admin.Report, error) {
 	body, err := admin.Call(http.MethodGet, addr, "/status")
 	if err != nil {
-		return fmt.Errorf("xlb status: %w", err)
+		return nil, fmt.Errorf("xlb status: %w", err)
 	}
 	var r admin.Report
 	if err := json.Unmarshal(body, &r); err != nil {
-		return fmt.Errorf("xlb status: %s/status: %w", addr, err)
+		return nil, fmt.Errorf("xlb status: %s/status: %w", addr, err)
 	}
-	return admin.WriteTables(stdout, &r)
+	return &r, nil
+}
+
+// errDisagree: the fleet's instances disagree (exit 1, the table says where).
+var errDisagree = errors.New("xlb status --fleet: the instances disagree")
+
+func fleetStatus(addrs []string, stdout io.Writer) error {
+	reports := map[string]*admin.Report{}
+	for _, a := range addrs {
+		dial, err := admin.DialAddr(a)
+		if err != nil {
+			return fmt.Errorf("xlb status: --fleet %q: %v (%w)", a, err, errUsage)
+		}
+		if reports[a], err = fetchStatus(dial); err != nil {
+			return err
+		}
+	}
+	agree, err := admin.WriteFleet(stdout, addrs, reports)
+	if err == nil && !agree {
+		err = errDisagree
+	}
+	return err
 }
 
 // cmdReload is `xlb reload -c FILE (--pid PID | --pidfile FILE)`: the file

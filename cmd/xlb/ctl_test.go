@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 
 	"xlb/controlplane"
 	"xlb/controlplane/admin"
+	"xlb/controlplane/appliance"
+	"xlb/controlplane/bgp"
 	"xlb/controlplane/cptest"
 )
 
@@ -32,16 +35,27 @@ var ctlConfig = func() string {
 // drain and a reload history, as `xlb run` does.
 type ctlSources struct {
 	rig *cptest.Rig
+	bgp *admin.BGPReport // nil: no [bgp]
 }
 
 func (s *ctlSources) Status() *admin.Report {
 	return admin.Gather(admin.Inputs{Snapshot: s.rig.CP.Snapshot(), Workers: []admin.QueueStats{{Queue: 0, Stats: s.rig.D.Stats()}},
 		Conntrack: s.rig.Conntrack(), Now: s.rig.Now,
-		Reloads: &admin.ReloadReport{Success: 3, Failure: 1, Last: &admin.LastReload{At: "2026-01-02T03:04:05Z", OK: true}}})
+		Reloads: &admin.ReloadReport{Success: 3, Failure: 1, Last: &admin.LastReload{At: "2026-01-02T03:04:05Z", OK: true}},
+		BGP:     s.bgp})
 }
 func (s *ctlSources) Drain(name string) error { return opErr(name, s.rig.CP.Drain(name, s.rig.Now)) }
 func (s *ctlSources) Undrain(name string) error {
 	return opErr(name, s.rig.CP.Undrain(name, s.rig.Now))
+}
+
+// DrainNode marks the node as the appliance's announcer would.
+func (s *ctlSources) DrainNode(drained bool) error {
+	if s.bgp == nil {
+		return appliance.ErrNoBGP
+	}
+	s.bgp.NodeDrained = drained
+	return nil
 }
 
 // opErr is the appliance's answer for a name that is no backend.
@@ -55,8 +69,16 @@ func opErr(name string, err error) error {
 // startAdmin serves a rig on a loopback port and returns its address.
 func startAdmin(t *testing.T) (*cptest.Rig, string) {
 	t.Helper()
+	r, _, addr := startAdminBGP(t, nil)
+	return r, addr
+}
+
+// startAdminBGP is startAdmin for a fleet member with the given bgp report.
+func startAdminBGP(t *testing.T, b *admin.BGPReport) (*cptest.Rig, *ctlSources, string) {
+	t.Helper()
 	r := cptest.New(t, ctlConfig)
-	srv, err := admin.New("127.0.0.1:0", &ctlSources{rig: r}, zap.NewNop())
+	src := &ctlSources{rig: r, bgp: b}
+	srv, err := admin.New("127.0.0.1:0", src, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +86,65 @@ func startAdmin(t *testing.T) (*cptest.Rig, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Close(t.Context()) })
-	return r, srv.Addr().String()
+	return r, src, srv.Addr().String()
+}
+
+// TestDrainNodeCommands: `xlb drain --node` withdraws the instance's
+// routes through the listener and `xlb status` says so, undrain announces
+// again; without [bgp] it exits 1 saying why, and a NAME with --node is a
+// usage error.
+func TestDrainNodeCommands(t *testing.T) {
+	_, addr := startAdmin(t)
+	if o := xlb("drain", "--admin", addr, "--node"); o.code != 1 || !strings.Contains(o.stderr, "no [bgp] section") {
+		t.Errorf("drain --node without bgp: exit %d, stderr %q", o.code, o.stderr)
+	}
+	b := &admin.BGPReport{Status: bgp.Status{ASN: 65010, RouterID: netip.MustParseAddr("10.97.0.2"),
+		Neighbors: []bgp.NeighborStatus{{Address: netip.MustParseAddr("10.97.0.1"), ASN: 65000, State: "established", Up: true, Uptime: 90 * time.Second, PrefixesSent: 2}},
+		VIPs:      []bgp.VIPStatus{{VIP: netip.MustParseAddr("203.0.113.10"), Reason: bgp.ReasonNodeDrained}}}}
+	_, src, addr := startAdminBGP(t, b)
+	o := xlb("drain", "--admin", addr, "--node")
+	o.wantCode(t, 0)
+	if !src.bgp.NodeDrained || !strings.Contains(o.stdout, "node drained") {
+		t.Errorf("drain --node: drained %v, stdout %q", src.bgp.NodeDrained, o.stdout)
+	}
+	st := xlb("status", "--admin", addr)
+	st.wantCode(t, 0)
+	for _, want := range []string{"bgp: AS 65010, router id 10.97.0.2, node drained", "10.97.0.1", "established", "1m30s",
+		"203.0.113.10", "node drained"} {
+		if !strings.Contains(st.stdout, want) {
+			t.Errorf("status lacks %q:\n%s", want, st.stdout)
+		}
+	}
+	xlb("undrain", "--admin", addr, "--node").wantCode(t, 0)
+	if src.bgp.NodeDrained {
+		t.Error("undrain --node left the node drained")
+	}
+	xlb("drain", "--admin", addr, "--node", "b1").wantCode(t, 2)
+}
+
+// TestStatusFleet (S5): `xlb status --fleet` shows each service's
+// fingerprint on every instance; instances with the same configuration
+// and health agree (exit 0); one health difference makes them disagree on
+// that service, which it names (exit 1).
+func TestStatusFleet(t *testing.T) {
+	_, a := startAdmin(t)
+	rb, b := startAdmin(t)
+	o := xlb("status", "--fleet", a+","+b)
+	o.wantCode(t, 0)
+	if !strings.Contains(o.stdout, "the 2 instances agree on every service") {
+		t.Errorf("agreeing fleet:\n%s", o.stdout)
+	}
+	for line := range strings.Lines(o.stdout) {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "web" && (f[1] != f[2] || len(f[1]) != 16 || f[3] != "yes") {
+			t.Errorf("web row %v: want the same 16-digit fingerprint twice and yes", f)
+		}
+	}
+	rb.Health("b1", false)
+	o = xlb("status", "--fleet", a+","+b)
+	o.wantCode(t, 1)
+	if !strings.Contains(o.stdout, "instances disagree on web:") || strings.Contains(o.stdout, "disagree on dns") {
+		t.Errorf("b1 down on one instance:\n%s", o.stdout)
+	}
 }
 
 // columns finds the row of the table whose first two cells are svc and

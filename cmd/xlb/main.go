@@ -33,10 +33,15 @@ commands:
                                    validate FILE, then SIGHUP the running xlb run
   drain   [--admin ADDR | -c FILE] NAME
                                    take a backend out of service (its flows drain)
-  undrain [--admin ADDR | -c FILE] NAME
-                                   return a drained backend to service
-  status  [--admin ADDR | -c FILE] services and backends of the running xlb, as tables
+  drain   [--admin ADDR | -c FILE] --node
+                                   withdraw this instance's VIP routes ([bgp]); it keeps
+                                   forwarding, the fleet takes its flows
+  undrain [--admin ADDR | -c FILE] (NAME | --node)
+                                   return a drained backend, or the node's routes
+  status  [--admin ADDR | -c FILE] services, backends and BGP of the running xlb, as tables
                                    (ADDR: [admin] listen of FILE, else 127.0.0.1:9110)
+  status  --fleet ADDR,ADDR,...    compare the instances' tables (fingerprints); exit 1
+                                   when they disagree
 `
 
 func main() {

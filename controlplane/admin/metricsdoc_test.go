@@ -1,12 +1,19 @@
 package admin_test
 
 import (
+	"context"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+
+	"xlb/controlplane/admin"
+	"xlb/controlplane/bgp"
 	"xlb/controlplane/cptest"
 )
 
@@ -45,6 +52,11 @@ func TestMetricsDocumented(t *testing.T) {
 			fams[name] = f
 		}
 	}
+	// The BGP families come from a fleet member's speaker: one with a
+	// neighbor (never reached: a port nobody listens on) and one VIP.
+	for name, f := range bgpFamilies(t, src) {
+		fams[name] = f
+	}
 	for name, f := range fams {
 		if !strings.HasPrefix(name, "xlb_") {
 			continue
@@ -66,4 +78,36 @@ func TestMetricsDocumented(t *testing.T) {
 			t.Errorf("METRICS.md documents %s, which is not exported", name)
 		}
 	}
+}
+
+// bgpFamilies scrapes a listener that also exports a started speaker's
+// metrics, as xlb run does with [bgp].
+func bgpFamilies(t *testing.T, src *rigSources) map[string]*dto.MetricFamily {
+	t.Helper()
+	sp, err := bgp.New(bgp.Config{ASN: 65010, RouterID: netip.MustParseAddr("10.0.0.5")}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sp.Stop)
+	nb := bgp.Neighbor{Address: netip.MustParseAddr("127.0.0.1"), ASN: 65000, Port: 1}
+	if err := sp.SetNeighbors([]bgp.Neighbor{nb}); err != nil {
+		t.Fatal(err)
+	}
+	vip := netip.MustParseAddr("10.99.0.10")
+	if err := sp.SetVIPs(map[netip.Addr]bgp.VIP{vip: {Announce: true, NextHop: netip.MustParseAddr("10.0.0.5")}}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := admin.New("127.0.0.1:0", src, zap.NewNop(), sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	_, fams := scrape(t, "http://"+s.Addr().String())
+	return fams
 }

@@ -64,6 +64,27 @@ func operate(src Source, undrain bool) http.HandlerFunc {
 	}
 }
 
+// operateNode serves POST /drain-node and /undrain-node, to loopback
+// clients only, like operate.
+func operateNode(src Source, drain bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		if !fromLoopback(req.RemoteAddr) {
+			http.Error(w, "a node drain is accepted from loopback clients only", http.StatusForbidden)
+			return
+		}
+		if err := src.DrainNode(drain); err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if drain {
+			_, _ = fmt.Fprintln(w, "node drained: every VIP withdrawn; forwarding continues")
+		} else {
+			_, _ = fmt.Fprintln(w, "node undrained: VIPs announced where the announcement rule allows")
+		}
+	}
+}
+
 func fromLoopback(remote string) bool {
 	host, _, err := net.SplitHostPort(remote)
 	if err != nil {

@@ -68,6 +68,31 @@ func TestDrainEndpoints(t *testing.T) {
 	_ = r
 }
 
+// TestDrainNodeEndpoints: POST /drain-node and /undrain-node reach the
+// source's DrainNode and show in /status's bgp section; a source that
+// cannot (no [bgp]) answers 409 with its reason.
+func TestDrainNodeEndpoints(t *testing.T) {
+	_, src := newRig(t)
+	base := startServer(t, src)
+	if code, body := post(t, base+"/drain-node"); code != http.StatusConflict || !strings.Contains(body, "no [bgp]") {
+		t.Errorf("POST /drain-node without bgp: %d %q, want 409 saying why", code, body)
+	}
+	src.bgp = &admin.BGPReport{}
+	if code, body := post(t, base+"/drain-node"); code != 200 || !strings.Contains(body, "node drained") {
+		t.Fatalf("POST /drain-node: %d %q", code, body)
+	}
+	if rep, raw := status(t, base); rep.BGP == nil || !rep.BGP.NodeDrained || raw["bgp"] == nil {
+		t.Errorf("after /drain-node: bgp %+v", rep.BGP)
+	}
+	if code, _ := post(t, base+"/undrain-node"); code != 200 {
+		t.Fatalf("POST /undrain-node: %d", code)
+	}
+	if rep, _ := status(t, base); rep.BGP == nil || rep.BGP.NodeDrained {
+		t.Errorf("after /undrain-node: bgp %+v", rep.BGP)
+	}
+	get(t, base+"/drain-node", http.StatusMethodNotAllowed)
+}
+
 // TestReloadReport: a source's reload counters are exported and its last
 // reload is in /status.
 func TestReloadReport(t *testing.T) {

@@ -3,6 +3,7 @@ package admin
 import (
 	"slices"
 
+	"xlb/controlplane/bgp"
 	"xlb/dataplane"
 )
 
@@ -24,6 +25,16 @@ type Report struct {
 	// Reloads and LastReload: from a source that reloads its configuration.
 	Reloads    *ReloadReport `json:"reloads,omitempty"`
 	LastReload *LastReload   `json:"last_reload,omitempty"`
+	// BGP: the speaker's sessions and routes (with [bgp] only).
+	BGP *BGPReport `json:"bgp,omitempty"`
+}
+
+// BGPReport is the route announcement of a fleet member: the speaker's
+// sessions and each VIP's route with why it is or is not announced, and
+// whether an operator drained the node (xlb drain --node).
+type BGPReport struct {
+	bgp.Status
+	NodeDrained bool `json:"node_drained"`
 }
 
 // ConntrackReport is the tracking table's occupancy and activity.
@@ -62,6 +73,10 @@ type ServiceReport struct {
 	// produced it.
 	Eligible []string `json:"eligible"`
 	Why      string   `json:"why"`
+	// Fingerprint identifies the eligible set and Maglev table: instances
+	// with the same configuration and health view show the same one (S5),
+	// and then pick the same backend for every new flow.
+	Fingerprint string `json:"fingerprint"`
 	// Weighted: WEIGHTED_MAGLEV. WeightFallback names the backends whose
 	// missing or invalid weight made the service fall back to equal
 	// weights (W1a), as "NAME: STATE"; empty when it uses their weights.
@@ -124,6 +139,7 @@ func Gather(in Inputs) *Report {
 	if rr := in.Reloads; rr != nil {
 		r.Reloads, r.LastReload = rr, rr.Last
 	}
+	r.BGP = in.BGP
 	if snap == nil {
 		return r
 	}
@@ -196,7 +212,7 @@ func queues(workers []QueueStats) []QueueReport {
 // service reports a service and its backends.
 func service(snap *dataplane.Snapshot, svc *dataplane.Service, backends []*dataplane.Backend, workers []QueueStats, now int64) ServiceReport {
 	sr := ServiceReport{Name: svc.Name, ID: svc.ID, Side: svc.Side.String(), Why: svc.EligibleWhy,
-		Weighted: svc.Weighted, Eligible: []string{}, Backends: []BackendReport{}}
+		Fingerprint: snap.Fingerprint(svc), Weighted: svc.Weighted, Eligible: []string{}, Backends: []BackendReport{}}
 	for _, w := range workers {
 		if w.Stats == nil {
 			continue

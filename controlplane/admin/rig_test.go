@@ -52,11 +52,22 @@ type rigSources struct {
 	runtime *admin.Runtime
 	reloads *admin.ReloadReport
 	health  *admin.HealthMetrics
+	bgp     *admin.BGPReport // nil: no [bgp]
 }
 
 func (s *rigSources) Status() *admin.Report {
 	return admin.Gather(admin.Inputs{Snapshot: s.rig.CP.Snapshot(), Workers: s.workers, Conntrack: s.rig.Conntrack(),
-		Now: s.rig.Now, Switches: s.rig.CP.FailoverSwitches(), Reloads: s.reloads, Runtime: s.runtime})
+		Now: s.rig.Now, Switches: s.rig.CP.FailoverSwitches(), Reloads: s.reloads, Runtime: s.runtime, BGP: s.bgp})
+}
+
+// DrainNode marks the rig's node drained, as the appliance's announcer
+// would; without a bgp report there is nothing to withdraw.
+func (s *rigSources) DrainNode(drained bool) error {
+	if s.bgp == nil {
+		return errors.New("no [bgp] section")
+	}
+	s.bgp.NodeDrained = drained
+	return nil
 }
 
 // Drain and Undrain act on the rig's control plane at its clock, as `xlb
@@ -94,6 +105,7 @@ func (s *fakeSources) Status() *admin.Report {
 }
 func (s *fakeSources) Drain(string) error   { return errors.New("cannot drain") }
 func (s *fakeSources) Undrain(string) error { return errors.New("cannot drain") }
+func (s *fakeSources) DrainNode(bool) error { return errors.New("cannot drain") }
 
 // frame builds p into a Frame with headroom.
 func frame(t testing.TB, p craft.Packet) dataplane.Frame {

@@ -91,6 +91,8 @@ func New(listen string, src Source, log *zap.Logger, extra ...prometheus.Collect
 	})
 	mux.HandleFunc("POST /drain", operate(src, false))
 	mux.HandleFunc("POST /undrain", operate(src, true))
+	mux.HandleFunc("POST /drain-node", operateNode(src, true))
+	mux.HandleFunc("POST /undrain-node", operateNode(src, false))
 	return &Server{
 		listen: listen,
 		log:    log,

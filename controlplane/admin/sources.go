@@ -18,6 +18,10 @@ type Source interface {
 	// current backend is ErrUnknownBackend.
 	Drain(name string) error
 	Undrain(name string) error
+	// DrainNode withdraws (true) or announces again (false) this
+	// instance's routes while it keeps forwarding (POST /drain-node,
+	// /undrain-node).
+	DrainNode(drained bool) error
 }
 
 // Inputs are what Gather reads, once per request.
@@ -38,6 +42,8 @@ type Inputs struct {
 	Reloads *ReloadReport
 	// Runtime is served as is under "runtime" (nil: left out).
 	Runtime *Runtime
+	// BGP is served as is under "bgp" (nil: left out).
+	BGP *BGPReport
 }
 
 // QueueStats is one worker's counters and the rx queue it serves.

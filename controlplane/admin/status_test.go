@@ -81,7 +81,7 @@ func TestStatus(t *testing.T) {
 	} {
 		want := map[string][]string{
 			"top":     {"conntrack", "generation", "now_ms", "queues", "reloads", "runtime", "services"},
-			"service": {"backends", "drops", "eligible", "forwarded_bytes", "forwarded_packets", "id", "name", "new_connections", "side", "weighted", "why"},
+			"service": {"backends", "drops", "eligible", "fingerprint", "forwarded_bytes", "forwarded_packets", "id", "name", "new_connections", "side", "weighted", "why"},
 			"backend": {"draining", "eligible", "failover", "forwarded_bytes", "forwarded_packets", "group", "healthy", "ip", "name",
 				"new_connections", "ready", "removed", "reported_weight", "weight"},
 			"queue": {"conntrack_evictions", "drops", "pass_packets", "queue", "rx_packets", "tx_packets"},

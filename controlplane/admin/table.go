@@ -3,9 +3,12 @@ package admin
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // WriteTables writes a report as two tables, services then backends, for
@@ -25,9 +28,9 @@ func WriteTables(w io.Writer, r *Report) error {
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "SERVICE\tSIDE\tELIGIBLE\tWEIGHTS\tWHY")
+	fmt.Fprintln(tw, "SERVICE\tSIDE\tELIGIBLE\tWEIGHTS\tFINGERPRINT\tWHY")
 	for _, s := range r.Services {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", s.Name, s.Side, len(s.Eligible), weightsText(&s), s.Why)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", s.Name, s.Side, len(s.Eligible), weightsText(&s), s.Fingerprint, s.Why)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "SERVICE\tBACKEND\tIP\tGROUP\tROLE\tHEALTH\tWEIGHT\tELIGIBLE\tSTATE\tPACKETS\tNEW CONNS")
@@ -53,7 +56,135 @@ func WriteTables(w io.Writer, r *Report) error {
 	for i := range r.Orphans {
 		row("-", &r.Orphans[i])
 	}
+	if b := r.BGP; b != nil {
+		writeBGP(tw, b)
+	}
 	return tw.Flush()
+}
+
+// writeBGP is the fleet member's part: its sessions, and each VIP's route
+// with why it is not announced.
+func writeBGP(tw io.Writer, b *BGPReport) {
+	fmt.Fprintln(tw)
+	node := "announcing"
+	switch {
+	case b.ShuttingDown:
+		node = "shutting down"
+	case b.NodeDrained:
+		node = "drained (xlb undrain --node announces again)"
+	}
+	fmt.Fprintf(tw, "bgp: AS %d, router id %s, node %s\n", b.ASN, b.RouterID, node)
+	fmt.Fprintln(tw, "NEIGHBOR\tAS\tSTATE\tUPTIME\tPREFIXES SENT\tWHY")
+	for _, n := range b.Neighbors {
+		up := "-"
+		if n.Up {
+			up = n.Uptime.Truncate(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\n", n.Address, n.ASN, n.State, up, n.PrefixesSent, n.Reason)
+	}
+	fmt.Fprintln(tw, "VIP\tANNOUNCED\tNEXT HOP\tWHY")
+	for _, v := range b.VIPs {
+		ann, why := "no", v.Reason
+		if v.Announced {
+			ann = "yes"
+			if v.GracefulShutdown {
+				ann, why = "yes", "graceful shutdown community (withdrawal follows)"
+			}
+		}
+		nh := "-"
+		if v.NextHop.IsValid() {
+			nh = v.NextHop.String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.VIP, ann, nh, why)
+	}
+}
+
+// FleetDisagreement is a service whose instances do not agree: different
+// fingerprints (eligible set or Maglev table), or missing on some.
+type FleetDisagreement struct {
+	Service string
+	// Fingerprints by instance; "" where the instance lacks the service.
+	Fingerprints map[string]string
+}
+
+// CompareFleet lists the services on which the instances' reports (by
+// instance name, e.g. its admin address) disagree, sorted by name. Two
+// instances that agree on every service pick the same backend for every
+// new flow (S5).
+func CompareFleet(reports map[string]*Report) []FleetDisagreement {
+	fps := map[string]map[string]string{} // service -> instance -> fingerprint
+	for inst, r := range reports {
+		for _, s := range r.Services {
+			if fps[s.Name] == nil {
+				fps[s.Name] = map[string]string{}
+			}
+			fps[s.Name][inst] = s.Fingerprint
+		}
+	}
+	var out []FleetDisagreement
+	for _, svc := range slices.Sorted(maps.Keys(fps)) {
+		by := fps[svc]
+		agree := len(by) == len(reports)
+		first := ""
+		for _, fp := range by {
+			if first == "" {
+				first = fp
+			}
+			agree = agree && fp == first
+		}
+		if !agree {
+			d := FleetDisagreement{Service: svc, Fingerprints: map[string]string{}}
+			for inst := range reports {
+				d.Fingerprints[inst] = by[inst]
+			}
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// WriteFleet prints each service's fingerprint per instance and names the
+// services on which they disagree; it reports whether all agree.
+func WriteFleet(w io.Writer, insts []string, reports map[string]*Report) (bool, error) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "SERVICE\t%s\tAGREE\n", strings.Join(insts, "\t"))
+	bad := map[string]bool{}
+	for _, d := range CompareFleet(reports) {
+		bad[d.Service] = true
+	}
+	names := map[string]bool{}
+	for _, r := range reports {
+		for _, s := range r.Services {
+			names[s.Name] = true
+		}
+	}
+	for _, svc := range slices.Sorted(maps.Keys(names)) {
+		cells := []string{svc}
+		for _, inst := range insts {
+			fp := "(missing)"
+			for _, s := range reports[inst].Services {
+				if s.Name == svc {
+					fp = s.Fingerprint
+				}
+			}
+			cells = append(cells, fp)
+		}
+		agree := "yes"
+		if bad[svc] {
+			agree = "NO"
+		}
+		fmt.Fprintln(tw, strings.Join(append(cells, agree), "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return false, err
+	}
+	if len(bad) == 0 {
+		_, err := fmt.Fprintf(w, "the %d instances agree on every service\n", len(insts))
+		return true, err
+	}
+	_, err := fmt.Fprintf(w, "instances disagree on %s: they pick different backends for some new flows (different configurations or health views)\n",
+		strings.Join(slices.Sorted(maps.Keys(bad)), ", "))
+	return false, err
 }
 
 // weightsText says how a service weighs its backends: "-" (not weighted),

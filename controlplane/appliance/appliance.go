@@ -46,6 +46,7 @@ type running struct {
 	now     func() int64
 	runtime func() *admin.Runtime
 	rl      *reloader
+	ann     *announcer // nil without [bgp]
 }
 
 // New prepares an appliance for cfg, which must be valid for xlb run
@@ -90,8 +91,33 @@ func (a *Appliance) Status() *admin.Report {
 	if r == nil {
 		return admin.Gather(admin.Inputs{})
 	}
-	return admin.Gather(admin.Inputs{Snapshot: r.cp.Snapshot(), Workers: r.workers, Conntrack: r.ct, Now: r.now(),
-		Switches: r.cp.FailoverSwitches(), Reloads: r.rl.report(), Runtime: r.runtime()})
+	in := admin.Inputs{Snapshot: r.cp.Snapshot(), Workers: r.workers, Conntrack: r.ct, Now: r.now(),
+		Switches: r.cp.FailoverSwitches(), Reloads: r.rl.report(), Runtime: r.runtime()}
+	if r.ann != nil {
+		in.BGP = &admin.BGPReport{Status: r.ann.sp.Status(), NodeDrained: r.ann.nodeDown.Load()}
+	}
+	return admin.Gather(in)
+}
+
+// ErrNoBGP is what DrainNode and UndrainNode return without [bgp]: the
+// instance announces nothing, so there is nothing to withdraw.
+var ErrNoBGP = errors.New("no [bgp] section: this instance announces no routes")
+
+// DrainNode withdraws every VIP's route (after the GRACEFUL_SHUTDOWN
+// community for a moment) while the instance keeps forwarding: the
+// routers move its flows to the other instances, which pick the same
+// backends (S5), so none breaks; maintenance can follow. drained false
+// announces them again (where the announcement rule allows).
+func (a *Appliance) DrainNode(drained bool) error {
+	r := a.cur.Load()
+	if r == nil {
+		return ErrNotRunning
+	}
+	if r.ann == nil {
+		return ErrNoBGP
+	}
+	r.ann.setDrained(drained)
+	return nil
 }
 
 // Drain takes a backend (an endpoint's name or address) out of service:

@@ -36,6 +36,10 @@ type (
 	configApplier interface {
 		Apply(cfg *config.Config, now int64) (controlplane.Diff, error)
 	}
+	// fleetReloader is the announcer: neighbors, VIPs, announce policy.
+	fleetReloader interface {
+		reload(cfg *config.Config) error
+	}
 )
 
 // reloader applies a new configuration (X2) and keeps the count and the
@@ -46,6 +50,7 @@ type reloader struct {
 	hc    healthTargetSetter
 	cp    configApplier
 	feeds *atomic.Pointer[map[string][]healthFeed]
+	fleet fleetReloader // nil without [bgp]
 	now   func() int64
 	log   *zap.Logger
 
@@ -123,6 +128,15 @@ func (r *reloader) apply(load func() (*config.Config, error)) error {
 	// Results of the new targets count from here on (until now they were
 	// dropped; the checker reports every probe, so none is lost for good).
 	r.feeds.Store(&feeds)
+	if r.fleet != nil {
+		// Routes follow: new VIPs are announced once their services have
+		// eligible backends, removed ones withdrawn before they leave the
+		// XDP program's map below. Neighbors are validated already; a
+		// session GoBGP refuses is logged and shown in status.
+		if err := r.fleet.reload(cfg); err != nil {
+			r.log.Error("bgp neighbors", zap.Error(err))
+		}
+	}
 	if err := r.vips.SetVIPs(newVIPs); err != nil {
 		// The union stays: stale VIPs go to workers that find no rule.
 		r.log.Warn("removing stale VIPs", zap.Error(err))
@@ -166,6 +180,9 @@ func restartNeeded(old, cfg *config.Config) error {
 	diff("dataplane.ring_size", a.RingSize == b.RingSize)
 	diff("dataplane.conntrack_capacity", a.ConntrackCapacity == b.ConntrackCapacity)
 	diff("admin.listen", old.Admin.Listen == cfg.Admin.Listen)
+	for _, f := range config.BGPRestartFields(old.BGP, cfg.BGP) {
+		diff(f, false)
+	}
 	return errors.Join(errs...)
 }
 

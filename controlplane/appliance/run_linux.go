@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -17,6 +18,7 @@ import (
 	"xlb/conntrack"
 	"xlb/controlplane"
 	"xlb/controlplane/admin"
+	"xlb/controlplane/bgp"
 	"xlb/controlplane/neigh"
 	"xlb/dataplane"
 	"xlb/dataplane/worker"
@@ -57,6 +59,8 @@ type stack struct {
 	vips   []netip.Addr
 	failed chan error // a worker's error
 	admin  *admin.Server
+	sp     *bgp.Speaker // nil without [bgp]
+	ann    *announcer   // nil without [bgp]
 
 	undo []func()
 }
@@ -79,7 +83,7 @@ func (s *stack) down() {
 func (a *Appliance) Run(ctx context.Context) error {
 	s := &stack{a: a, ctx: ctx, life: context.WithoutCancel(ctx), cfg: a.cfg, base: a.log}
 	defer s.down()
-	steps := []func() error{s.host, s.neighbours, s.controlPlane, s.healthChecks, s.attach, s.openQueues, s.startWorkers, s.serveAdmin}
+	steps := []func() error{s.host, s.neighbours, s.controlPlane, s.healthChecks, s.attach, s.openQueues, s.startWorkers, s.startBGP, s.serveAdmin}
 	for _, step := range steps {
 		if err := step(); errors.Is(err, errStopped) {
 			s.log.Info("signal received during startup: stopping")
@@ -89,18 +93,61 @@ func (a *Appliance) Run(ctx context.Context) error {
 		}
 	}
 	s.logSummary()
-	// Attached, workers running, admin serving. Routes to the VIPs may be
-	// announced from here, once HealthChecked is closed too.
+	// Attached, workers running, admin serving: the VIPs may be announced
+	// from here, once every backend has a health verdict (the announcer
+	// waits for that).
 	close(a.ready)
+	annDone := s.announce()
 	select {
 	case <-ctx.Done():
-		// A route announcement is withdrawn here, before the teardown
-		// detaches the program.
 		s.log.Info("signal received: stopping")
+		s.withdraw(annDone)
 		return nil
 	case err := <-s.failed:
 		s.log.Error("a worker failed: stopping", zap.Error(err))
 		return err
+	}
+}
+
+// announce starts the announcer (with [bgp]); the returned function stops
+// it and waits for it.
+func (s *stack) announce() (stop func()) {
+	if s.ann == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(s.life)
+	var wg sync.WaitGroup
+	wg.Go(func() { s.ann.run(ctx) })
+	return func() { cancel(); wg.Wait() }
+}
+
+// withdraw is the first thing a SIGTERM does with [bgp]: every VIP is
+// withdrawn (after the GRACEFUL_SHUTDOWN community, when
+// graceful_shutdown_sec > 0), and the data plane keeps forwarding until
+// graceful_shutdown_sec after the signal, so that routers move the flows
+// to the other instances before this one detaches. A worker that fails
+// meanwhile ends the wait.
+func (s *stack) withdraw(stopAnnouncer func()) {
+	if s.ann == nil {
+		return
+	}
+	start := time.Now()
+	stopAnnouncer()
+	grace := s.ann.cfg.BGP.GracefulShutdown
+	ctx, cancel := context.WithTimeout(context.Background(), max(grace, time.Second))
+	defer cancel()
+	s.ann.shutdown(ctx)
+	left := grace - time.Since(start)
+	s.log.Info("VIPs withdrawn: forwarding until the graceful shutdown ends", zap.Duration("left", max(left, 0)))
+	if left <= 0 {
+		return
+	}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case err := <-s.failed:
+		s.log.Error("a worker failed during the graceful shutdown", zap.Error(err))
 	}
 }
 
@@ -294,10 +341,17 @@ func (s *stack) serveAdmin() error {
 	}
 	rl := &reloader{vips: s.objs, neigh: resolverWants{s.res}, hc: s.hc, cp: s.cp, feeds: s.feeds, now: worker.NowMs,
 		log: s.log.Named("reload"), cur: s.cfg}
-	s.a.cur.Store(&running{cp: s.cp, ct: s.ct, workers: workers, now: worker.NowMs, runtime: s.runtime, rl: rl})
+	if s.ann != nil {
+		rl.fleet = s.ann
+	}
+	s.a.cur.Store(&running{cp: s.cp, ct: s.ct, workers: workers, now: worker.NowMs, runtime: s.runtime, rl: rl, ann: s.ann})
 	s.undo = append(s.undo, func() { s.a.cur.Store(nil) })
 	listen := s.cfg.Admin.Listen
-	srv, err := admin.New(listen, s.a, s.log.Named("admin"), s.a.health)
+	collectors := []prometheus.Collector{s.a.health}
+	if s.sp != nil {
+		collectors = append(collectors, s.sp)
+	}
+	srv, err := admin.New(listen, s.a, s.log.Named("admin"), collectors...)
 	if err != nil {
 		return err
 	}
@@ -313,6 +367,73 @@ func (s *stack) serveAdmin() error {
 		}
 	})
 	return nil
+}
+
+// startBGP starts the BGP speaker of [bgp] (none without it): its sessions
+// come up now, and the announcer, started once the appliance is ready,
+// decides what they carry. The next hops are the interface's first global
+// IPv4 and IPv6 addresses; the router ID, unless configured, the IPv4 one.
+func (s *stack) startBGP() error {
+	b := s.cfg.BGP
+	if b == nil {
+		return nil
+	}
+	nh4, nh6, err := interfaceAddrs(s.link)
+	if err != nil {
+		return privErr("listing the interface's addresses (BGP next hops)", err)
+	}
+	id := b.RouterID
+	if !id.IsValid() {
+		if !nh4.IsValid() {
+			return fmt.Errorf("bgp.router_id is not set and %s has no IPv4 address to take it from (%s)", s.cfg.Dataplane.Interface, s.cfg.Path)
+		}
+		id = nh4
+	}
+	sp, err := bgp.New(bgp.Config{ASN: b.ASN, RouterID: id}, s.base.Named("bgp"))
+	if err != nil {
+		return err
+	}
+	if err := sp.Start(s.life); err != nil {
+		return fmt.Errorf("bgp: %w", err)
+	}
+	s.sp = sp
+	s.undo = append(s.undo, func() {
+		sp.Stop()
+		s.log.Info("bgp speaker stopped")
+	})
+	if err := sp.SetNeighbors(bgp.Neighbors(b)); err != nil {
+		return fmt.Errorf("bgp neighbors: %w", err)
+	}
+	var checked <-chan struct{}
+	if r := s.a.checked.Load(); r != nil {
+		checked = r.done
+	}
+	s.ann = newAnnouncer(sp, s.cfg, s.cp.Snapshot, checked, nh4, nh6, s.log.Named("announce"))
+	s.log.Info("bgp speaker started", zap.Uint32("asn", b.ASN), zap.Stringer("router_id", id),
+		zap.Int("neighbors", len(b.Neighbors)), zap.Stringer("next_hop_v4", nh4), zap.Stringer("next_hop_v6", nh6))
+	return nil
+}
+
+// interfaceAddrs are link's first global unicast IPv4 and IPv6 addresses
+// (zero when it has none of a family).
+func interfaceAddrs(link netlink.Link) (v4, v6 netip.Addr, err error) {
+	addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return v4, v6, err
+	}
+	for _, a := range addrs {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok || !ip.Unmap().IsGlobalUnicast() {
+			continue
+		}
+		ip = ip.Unmap()
+		if ip.Is4() && !v4.IsValid() {
+			v4 = ip
+		} else if ip.Is6() && !v6.IsValid() {
+			v6 = ip
+		}
+	}
+	return v4, v6, nil
 }
 
 // resolverWants gives the resolver a configuration's backends.

@@ -89,6 +89,21 @@ func TestX2_ReloadReweights(t *testing.T) {
 	// equal weights at least half of b3's hashes go to b1 and b2, and b3
 	// gets about 4 for each 1 of b1 and b2.
 	perWeighted := keep("WEIGHTED_MAGLEV", 2)
+	// Every connection kept since MAGLEV answers while weighted before the
+	// reload back: on a loaded machine the burst of new connections above
+	// can starve their loops for the whole phase, which would prove nothing
+	// either way. Past the deadline the checks below say which one did not.
+	answeredWeighted := func() bool {
+		for _, k := range kept {
+			if k.phase == "MAGLEV" && !k.answeredSince(weightedAt, 1) {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !answeredWeighted(); {
+		time.Sleep(50 * time.Millisecond)
+	}
 
 	// Back to MAGLEV: equal shares again.
 	equalAt := reload("MAGLEV", 2)
@@ -105,7 +120,7 @@ func TestX2_ReloadReweights(t *testing.T) {
 		}
 		return true
 	}
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !allAnswered(); {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !allAnswered(); {
 		time.Sleep(50 * time.Millisecond)
 	}
 	stopTraffic()

@@ -12,8 +12,8 @@ import (
 )
 
 // routeWait bounds how long a BGP change may take to reach the router's
-// kernel table: sessions connect within BIRD's connect retry (2 s in
-// scripts/bird/bird.conf) and routes follow at once; generous for a loaded
+// kernel table: sessions connect within the speakers' connect retry (2 s in
+// startBirdSpeaker) and routes follow at once; generous for a loaded
 // machine, and only a bound on waiting, never an expectation.
 const routeWait = 60 * time.Second
 
@@ -87,25 +87,38 @@ func TestFleetBed(t *testing.T) {
 	t.Run("VIP announced by two speakers is one ECMP route", func(t *testing.T) {
 		speakers := b.Instances[:2]
 		for _, in := range speakers {
-			startBirdSpeaker(t, b, in)
+			birdSpeaker(t, b, in, false)
 		}
 		for _, v6 := range families() {
 			waitNexthops(t, b, v6, []Host{speakers[0], speakers[1]})
 		}
-		// One speaker's session ends: the router keeps only the other.
-		mustExec(t, speakers[0].NS, "birdc", "-s", filepath.Join(b.RunDir, speakers[0].Name+"-bird.ctl"), "down")
+		// RFC 8326: a route with the GRACEFUL_SHUTDOWN community leaves the
+		// ECMP set while its speaker still announces it...
+		birdSpeaker(t, b, speakers[0], true)
 		for _, v6 := range families() {
 			waitNexthops(t, b, v6, []Host{speakers[1]})
+		}
+		// ...and is still the way when nothing else is: the other
+		// speaker's session ends.
+		mustExec(t, speakers[1].NS, "birdc", "-s", filepath.Join(b.RunDir, speakers[1].Name+"-bird.ctl"), "down")
+		for _, v6 := range families() {
+			waitNexthops(t, b, v6, []Host{speakers[0]})
 		}
 	})
 }
 
-// startBirdSpeaker runs BIRD in instance in as a stand-in for xlb's BGP
+// birdSpeaker runs BIRD in instance in as a stand-in for xlb's BGP
 // speaker: AS InstanceASN, announcing both VIPs with the instance's own
-// addresses as next hops.
-func startBirdSpeaker(t *testing.T, b *Bed, in Host) {
+// addresses as next hops, with the GRACEFUL_SHUTDOWN community if gshut.
+// A second call reconfigures the running one.
+func birdSpeaker(t *testing.T, b *Bed, in Host, gshut bool) {
 	t.Helper()
 	conf := filepath.Join(b.RunDir, in.Name+"-bird.conf")
+	ctl := filepath.Join(b.RunDir, in.Name+"-bird.ctl")
+	community := ""
+	if gshut {
+		community = "bgp_community.add((65535, 0)); "
+	}
 	text := fmt.Sprintf(`log %q all;
 router id %s;
 protocol device {}
@@ -116,15 +129,18 @@ protocol bgp uplink {
 	neighbor %s as %d;
 	direct;
 	connect retry time 2;
-	ipv4 { import none; export where source = RTS_STATIC; next hop self; };
-	ipv6 { import none; export where source = RTS_STATIC; next hop address %s; };
+	ipv4 { import none; export filter { if source != RTS_STATIC then reject; %[9]saccept; }; next hop self; };
+	ipv6 { import none; export filter { if source != RTS_STATIC then reject; %[9]saccept; }; next hop address %[8]s; };
 }
-`, filepath.Join(b.RunDir, in.Name+"-bird.log"), in.Addr4, VIP4, VIP6, InstanceASN, RouterSegment4, RouterASN, in.Addr6)
+`, filepath.Join(b.RunDir, in.Name+"-bird.log"), in.Addr4, VIP4, VIP6, InstanceASN, RouterSegment4, RouterASN, in.Addr6, community)
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	mustExec(t, in.NS, "bird", "-c", conf, "-s", filepath.Join(b.RunDir, in.Name+"-bird.ctl"),
-		"-P", filepath.Join(b.RunDir, in.Name+"-bird.pid"))
+	if _, err := os.Stat(ctl); err == nil {
+		mustExec(t, in.NS, "birdc", "-s", ctl, "configure")
+		return
+	}
+	mustExec(t, in.NS, "bird", "-c", conf, "-s", ctl, "-P", filepath.Join(b.RunDir, in.Name+"-bird.pid"))
 }
 
 // waitNexthops waits until the router's kernel route to the VIP of family

@@ -1,0 +1,288 @@
+package appliance
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"xlb/config"
+	"xlb/controlplane/bgp"
+	"xlb/controlplane/cptest"
+)
+
+var (
+	vipA = netip.MustParseAddr("203.0.113.10")
+	vipB = netip.MustParseAddr("2001:db8::10")
+	nh4  = netip.MustParseAddr("10.97.0.2")
+	nh6  = netip.MustParseAddr("fd00:97::2")
+)
+
+// TestWantVIPs is the announcement rule of [bgp], case by case: a VIP is
+// announced only while attached, with every health verdict in, not
+// drained, and (when-healthy) with a non-empty eligible set; otherwise the
+// first reason that holds is given. Next hops follow the VIP's family.
+func TestWantVIPs(t *testing.T) {
+	ready := announceState{attached: true, checked: true, nextHop4: nh4, nextHop6: nh6}
+	both := func(netip.Addr) bool { return true }
+	onlyA := func(v netip.Addr) bool { return v == vipA }
+	for _, tc := range []struct {
+		name     string
+		st       func(announceState) announceState
+		eligible func(netip.Addr) bool
+		want     map[netip.Addr]bgp.VIP
+	}{
+		{"announced", nil, both, map[netip.Addr]bgp.VIP{
+			vipA: {Announce: true, NextHop: nh4}, vipB: {Announce: true, NextHop: nh6}}},
+		{"not attached", func(s announceState) announceState { s.attached, s.checked = false, false; return s }, both,
+			map[netip.Addr]bgp.VIP{vipA: {NextHop: nh4, Reason: bgp.ReasonNotAttached}, vipB: {NextHop: nh6, Reason: bgp.ReasonNotAttached}}},
+		{"health not checked", func(s announceState) announceState { s.checked = false; return s }, both,
+			map[netip.Addr]bgp.VIP{vipA: {NextHop: nh4, Reason: ReasonHealthNotChecked}, vipB: {NextHop: nh6, Reason: ReasonHealthNotChecked}}},
+		{"no eligible backend behind B", nil, onlyA,
+			map[netip.Addr]bgp.VIP{vipA: {Announce: true, NextHop: nh4}, vipB: {NextHop: nh6, Reason: bgp.ReasonNoEligible}}},
+		{"always announces without eligible backends", func(s announceState) announceState { s.always = true; return s }, onlyA,
+			map[netip.Addr]bgp.VIP{vipA: {Announce: true, NextHop: nh4}, vipB: {Announce: true, NextHop: nh6}}},
+		{"node drained", func(s announceState) announceState { s.drained = true; return s }, both,
+			map[netip.Addr]bgp.VIP{vipA: {NextHop: nh4, Reason: bgp.ReasonNodeDrained}, vipB: {NextHop: nh6, Reason: bgp.ReasonNodeDrained}}},
+		{"node draining: community first", func(s announceState) announceState { s.drained, s.gshut = true, true; return s }, onlyA,
+			map[netip.Addr]bgp.VIP{vipA: {Announce: true, NextHop: nh4, GracefulShutdown: true}, vipB: {NextHop: nh6, Reason: bgp.ReasonNoEligible}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := ready
+			if tc.st != nil {
+				st = tc.st(st)
+			}
+			got := wantVIPs([]netip.Addr{vipA, vipB}, st, tc.eligible)
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+			for v, w := range tc.want {
+				if got[v] != w {
+					t.Errorf("%s: got %+v, want %+v", v, got[v], w)
+				}
+			}
+		})
+	}
+}
+
+// TestEligibleVIPs reads eligible sets from a real snapshot: a VIP whose
+// only service has no healthy backend is not eligible, whether its set is
+// empty (drop_traffic_if_unhealthy) or E1's fallback to every (unhealthy)
+// backend; the other VIP is.
+func TestEligibleVIPs(t *testing.T) {
+	r := cptest.New(t, announceTOML)
+	el := eligibleVIPs(r.CP.Snapshot())
+	if !el(vipA) || !el(vipB) {
+		t.Fatalf("all healthy: eligible %v %v, want both", el(vipA), el(vipB))
+	}
+	r.Health("b2", false)
+	el = eligibleVIPs(r.CP.Snapshot())
+	if !el(vipA) || el(vipB) {
+		t.Errorf("b2 (vipB's only backend) unhealthy: eligible %v %v, want A only", el(vipA), el(vipB))
+	}
+	r.Health("b1", false)
+	if el = eligibleVIPs(r.CP.Snapshot()); el(vipA) {
+		t.Error("b1 (vipA's only backend) unhealthy: A eligible through E1's fallback to all backends")
+	}
+	if el(netip.MustParseAddr("192.0.2.1")) || eligibleVIPs(nil)(vipA) {
+		t.Error("an unknown VIP, or no snapshot, is eligible")
+	}
+}
+
+const announceTOML = `
+[[health_check]]
+name = "hc"
+type = "TCP"
+port = 80
+
+[[backend_service]]
+name = "a"
+protocol = "TCP"
+health_checks = ["hc"]
+  [[backend_service.backend]]
+  group = "g"
+  endpoints = [ { name = "b1", ip = "10.0.1.1", mac = "02:00:00:00:00:01" } ]
+
+[[backend_service]]
+name = "b"
+protocol = "TCP"
+health_checks = ["hc"]
+  [backend_service.failover_policy]
+  drop_traffic_if_unhealthy = true
+  [[backend_service.backend]]
+  group = "g"
+  endpoints = [ { name = "b2", ip = "2001:db8:1::2", mac = "02:00:00:00:00:02" } ]
+
+[[forwarding_rule]]
+name = "a"
+ip_address = "203.0.113.10"
+ip_protocol = "TCP"
+ports = ["80"]
+backend_service = "a"
+
+[[forwarding_rule]]
+name = "b"
+ip_address = "2001:db8::10"
+ip_protocol = "TCP"
+ports = ["80"]
+backend_service = "b"
+
+[bgp]
+asn = 65010
+graceful_shutdown_sec = 2
+  [[bgp.neighbor]]
+  address = "10.97.0.1"
+  asn = 65000
+`
+
+// fakeSpeaker records what the announcer asks for.
+type fakeSpeaker struct {
+	mu        sync.Mutex
+	vips      []map[netip.Addr]bgp.VIP
+	neighbors [][]bgp.Neighbor
+	gshut     []time.Duration // settles of GracefulShutdown calls
+}
+
+func (f *fakeSpeaker) SetVIPs(v map[netip.Addr]bgp.VIP) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.vips = append(f.vips, v)
+	return nil
+}
+
+func (f *fakeSpeaker) SetNeighbors(n []bgp.Neighbor) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.neighbors = append(f.neighbors, n)
+	return nil
+}
+
+func (f *fakeSpeaker) GracefulShutdown(_ context.Context, settle time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gshut = append(f.gshut, settle)
+	return nil
+}
+
+func (f *fakeSpeaker) Status() bgp.Status { return bgp.Status{} }
+
+func (f *fakeSpeaker) last() map[netip.Addr]bgp.VIP {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.vips) == 0 {
+		return nil
+	}
+	return f.vips[len(f.vips)-1]
+}
+
+// newTestAnnouncer is an announcer over a rig's control plane and a fake
+// speaker; checked is the first health round.
+func newTestAnnouncer(t *testing.T, text string) (*announcer, *fakeSpeaker, *cptest.Rig, chan struct{}) {
+	t.Helper()
+	r := cptest.New(t, text)
+	cfg := cptest.Config(t, text)
+	sp := &fakeSpeaker{}
+	checked := make(chan struct{})
+	a := newAnnouncer(sp, cfg, r.CP.Snapshot, checked, nh4, nh6, zap.NewNop())
+	return a, sp, r, checked
+}
+
+// TestAnnouncer drives the announcer step by step: nothing is announced
+// before the first health round, both VIPs after it; a VIP whose service
+// loses its last backend is withdrawn, and announced again when it
+// recovers; a node drain first announces with the GRACEFUL_SHUTDOWN
+// community, withdraws after the settle, and undrain announces again; a
+// reload that drops a VIP withdraws it at once and passes the neighbors;
+// a shutdown uses the speaker's graceful shutdown with the settle, and
+// nothing is announced after it.
+func TestAnnouncer(t *testing.T) {
+	a, sp, r, checked := newTestAnnouncer(t, announceTOML)
+	a.st.attached = true // as run does first
+	announced := func(v netip.Addr) bool { return sp.last()[v].Announce }
+
+	a.apply()
+	if w := sp.last(); w[vipA].Reason != ReasonHealthNotChecked || w[vipB].Reason != ReasonHealthNotChecked {
+		t.Fatalf("before the first health round: %+v", w)
+	}
+	close(checked)
+	a.apply()
+	if !announced(vipA) || !announced(vipB) {
+		t.Fatalf("after the first round: %+v", sp.last())
+	}
+
+	r.Health("b2", false)
+	a.apply()
+	if !announced(vipA) || announced(vipB) || sp.last()[vipB].Reason != bgp.ReasonNoEligible {
+		t.Errorf("b2 unhealthy: %+v, want B withdrawn (no eligible backend)", sp.last())
+	}
+	r.Health("b2", true)
+	a.apply()
+	if !announced(vipB) {
+		t.Errorf("b2 healthy again: %+v, want B announced", sp.last())
+	}
+
+	if !a.setDrained(true) || a.setDrained(true) {
+		t.Error("setDrained(true) twice: want a change, then none")
+	}
+	a.apply()
+	if w := sp.last(); !w[vipA].Announce || !w[vipA].GracefulShutdown {
+		t.Errorf("node drain, within the settle: %+v, want announced with the community", w)
+	}
+	a.mu.Lock()
+	a.drainAt = time.Now().Add(-a.settle()) // the settle is over
+	a.mu.Unlock()
+	a.apply()
+	if w := sp.last(); w[vipA].Announce || w[vipA].Reason != bgp.ReasonNodeDrained || w[vipB].Announce {
+		t.Errorf("node drained: %+v, want both withdrawn (node drained)", w)
+	}
+	if !a.nodeDown.Load() {
+		t.Error("status does not show the node drained")
+	}
+	a.setDrained(false)
+	a.apply()
+	if !announced(vipA) || !announced(vipB) || sp.last()[vipA].GracefulShutdown {
+		t.Errorf("undrained: %+v, want both announced without the community", sp.last())
+	}
+
+	// A reload without vipB's rule: withdrawn at once (the reloader drops
+	// it from the XDP program right after), neighbors passed on.
+	cfg := cptest.Config(t, announceTOML)
+	cfg.Rules = cfg.Rules[:1]
+	cfg.BGP.Neighbors = append(cfg.BGP.Neighbors, config.BGPNeighbor{Address: netip.MustParseAddr("10.97.0.9"), ASN: 65000, Port: 179})
+	if err := a.reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if w := sp.last(); len(w) != 1 || !w[vipA].Announce {
+		t.Errorf("after the reload: %+v, want only A, announced", w)
+	}
+	if n := sp.neighbors[len(sp.neighbors)-1]; len(n) != 2 || n[1].Address.String() != "10.97.0.9" {
+		t.Errorf("neighbors after the reload: %+v", n)
+	}
+
+	calls := len(sp.vips)
+	a.shutdown(t.Context())
+	if len(sp.gshut) != 1 || sp.gshut[0] != time.Second {
+		t.Errorf("shutdown: graceful shutdowns %v, want one with a 1 s settle", sp.gshut)
+	}
+	a.apply()
+	if len(sp.vips) != calls {
+		t.Error("the announcer still sets routes after the shutdown")
+	}
+}
+
+// TestAnnouncerShutdownWithoutGrace: graceful_shutdown_sec = 0 withdraws
+// every VIP at once, without the community.
+func TestAnnouncerShutdownWithoutGrace(t *testing.T) {
+	a, sp, _, _ := newTestAnnouncer(t, announceTOML)
+	a.cfg.BGP.GracefulShutdown = 0
+	a.shutdown(t.Context())
+	w := sp.last()
+	if len(sp.gshut) != 0 || len(w) != 2 || w[vipA].Announce || w[vipA].Reason != bgp.ReasonShuttingDown {
+		t.Errorf("graceful shutdowns %v, routes %+v; want none, and both withdrawn (shutting down)", sp.gshut, w)
+	}
+}
+
+var _ speaker = (*bgp.Speaker)(nil)
