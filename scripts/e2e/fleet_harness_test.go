@@ -34,7 +34,7 @@ import (
 // BGP ([bgp] in their configuration, the router's BIRD installs the ECMP
 // route). Without it the test installs the router's route itself (static
 // ECMP) and removes an instance's next hop where BGP would withdraw it.
-const fleetBGP = false
+const fleetBGP = true
 
 const (
 	// fleetHold and fleetGrace are the instances' [bgp] hold_time_sec and

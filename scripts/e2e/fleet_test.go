@@ -4,11 +4,16 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"xlb/scripts/testbed"
 )
@@ -34,6 +39,11 @@ const longLived = 300
 //     instance, for at most hold time + 1 s.
 //   - Join: the killed instance comes back: the flows ECMP moves to it keep
 //     their backends, none breaks.
+//   - Hung: an instance stops (SIGSTOP) without closing its BGP session, as
+//     a hung process or a machine gone would: the router drops its route
+//     when the hold time expires; survival and the outage bound as for
+//     kill -9, where the instance's kernel closes the session at once.
+//     Then it is killed and joins again.
 //   - SIGTERM: an instance stopped with SIGTERM breaks no long-lived
 //     connection and fails no new one, and exits 0.
 //   - DrainNode: `xlb drain --node` and `xlb undrain --node` break none and
@@ -77,16 +87,30 @@ func TestFleet(t *testing.T) {
 		}
 		t.Logf("%d long-lived connections opened, per instance: %s", len(conns), strings.Join(per, ", "))
 		tr.startStream()
-		fleetKill9(t, f, tr)
+		fleetDeath(t, f, tr, 0, syscall.SIGKILL)
 	})
 	if !ok {
 		return
 	}
-	t.Run("Join", func(t *testing.T) { fleetJoin(t, f, tr) })
+	t.Run("Join", func(t *testing.T) { fleetJoin(t, f, tr, 0) })
+	t.Run("Hung", func(t *testing.T) {
+		fleetDeath(t, f, tr, 2, syscall.SIGSTOP)
+		f.procs[2].kill9(t)
+		fleetJoin(t, f, tr, 2)
+	})
 	t.Run("SIGTERM", func(t *testing.T) { fleetSIGTERM(t, f, tr) })
 	t.Run("DrainNode", func(t *testing.T) { fleetDrainNode(t, f, tr) })
 	tr.close()
 	t.Logf("long-lived connections: %d opened, %d alive at the end, %d answers in all", len(conns), len(tr.alive()), answers(conns))
+
+	if !fleetBGP {
+		t.Log("without fleetBGP: no status --fleet, withdrawal, router restart or bad-neighbor steps")
+		return
+	}
+	t.Run("StatusFleet", func(t *testing.T) { fleetStatusCLI(t, f) })
+	t.Run("WithdrawUnhealthyVIP", func(t *testing.T) { fleetWithdrawUnhealthy(t, f) })
+	t.Run("NeighborRestart", func(t *testing.T) { fleetNeighborRestart(t, f) })
+	t.Run("BadNeighbors", func(t *testing.T) { fleetBadNeighbors(t, f) })
 }
 
 // fleetSpread opens new connections from the client, 16 at a time, and
@@ -176,13 +200,26 @@ func fleetSpread(t *testing.T, f *fleet) {
 		}
 		if fp[0] != fp[1] || fp[0] != fp[2] {
 			t.Errorf("service %s: fingerprints differ across the instances: %v", name, fp)
+		} else {
+			t.Logf("service %s: the same fingerprint %s on every instance", name, fp[0])
 		}
 	}
 }
 
-// fleetKill9 kills l1 with SIGKILL while tr's long-lived connections and
-// stream run.
-func fleetKill9(t *testing.T, f *fleet, tr *traffic) {
+// fleetDeath ends instance j with sig while tr's long-lived connections
+// and stream run: SIGKILL (its kernel closes its BGP session, and the
+// router drops its route at once), or SIGSTOP (a hung instance, or a
+// machine gone without a word: its session stays open until the router's
+// hold timer expires). It checks survival and measures the outage of new
+// connections.
+func fleetDeath(t *testing.T, f *fleet, tr *traffic, j int, sig syscall.Signal) {
+	name := f.bed.Instances[j].Name
+	var rest []int
+	for i := range f.bed.Instances {
+		if i != j {
+			rest = append(rest, i)
+		}
+	}
 	start := time.Now()
 	time.Sleep(time.Second) // traffic before the kill
 	alive := tr.alive()
@@ -190,15 +227,19 @@ func fleetKill9(t *testing.T, f *fleet, tr *traffic) {
 		t.Fatalf("%d of %d long-lived connections failed before the kill: %v", len(tr.conns)-len(alive), len(tr.conns), tr.broken(tr.conns, start.Add(-time.Hour)))
 	}
 	kill := time.Now()
-	f.procs[0].kill9(t)
+	if sig == syscall.SIGKILL {
+		f.procs[j].kill9(t)
+	} else {
+		f.signal(t, j, sig)
+	}
 	if !fleetBGP {
-		// What the router does with BGP: it keeps the dead instance's
+		// The worst case of BGP: the router keeps the dead instance's
 		// route until its hold time expires.
 		time.Sleep(fleetHold)
-		f.setRoutes(t, 1, 2)
+		f.setRoutes(t, rest...)
 	}
-	removed := f.waitRoutes(t, 1, 2)
-	t.Logf("the router dropped l1's route %v after the kill", removed.Sub(kill).Round(time.Millisecond))
+	removed := f.waitRoutes(t, rest...)
+	t.Logf("%s to %s: the router dropped its route %v later", unix.SignalName(sig), name, removed.Sub(kill).Round(time.Millisecond))
 	tr.settle(t, alive, removed)
 	time.Sleep(2 * time.Second) // new connections after the route changed
 	end := time.Now()
@@ -206,7 +247,7 @@ func fleetKill9(t *testing.T, f *fleet, tr *traffic) {
 
 	broken := tr.broken(alive, kill)
 	survived := len(alive) - len(broken)
-	t.Logf("long-lived connections: %d of %d survived the kill (%.1f%%), without a reset and on their backend", survived, len(alive), 100*float64(survived)/float64(len(alive)))
+	t.Logf("long-lived connections: %d of %d survived (%.1f%%), without a reset and on their backend", survived, len(alive), 100*float64(survived)/float64(len(alive)))
 	if float64(survived) < 0.99*float64(len(alive)) {
 		t.Errorf("only %d of %d long-lived connections survived, want >= 99%%: %s", survived, len(alive), strings.Join(broken, "; "))
 	} else if len(broken) > 0 {
@@ -232,29 +273,31 @@ func fleetKill9(t *testing.T, f *fleet, tr *traffic) {
 	outage := time.Duration(0)
 	if len(failed) > 0 {
 		outage = failed[len(failed)-1].at.Sub(failed[0].at)
-		t.Logf("new connections: %d of %d failed (not answered within 1 s), from %v to %v after the kill: outage %v (bound: hold time %v + 1 s)",
+		t.Logf("new connections: %d of %d failed (not answered within 1 s), from %v to %v after the signal: outage %v (bound: hold time %v + 1 s)",
 			len(failed), len(attempts), failed[0].at.Sub(kill).Round(time.Millisecond),
 			failed[len(failed)-1].at.Sub(kill).Round(time.Millisecond), outage.Round(time.Millisecond), fleetHold)
 	} else {
-		t.Logf("new connections: none of %d failed around the kill", len(attempts))
+		t.Logf("new connections: none of %d failed around the signal", len(attempts))
 	}
 	if outage > fleetHold+time.Second {
 		t.Errorf("new connections failed for %v, want <= hold time %v + 1 s", outage, fleetHold)
 	}
 	for _, a := range attempts {
 		if a.at.After(removed.Add(500*time.Millisecond)) && (a.err != nil || a.latency > time.Second) {
-			t.Errorf("a new connection %v after the router dropped l1 failed: %v (%v)", a.at.Sub(removed).Round(time.Millisecond), a.err, a.latency)
+			t.Errorf("a new connection %v after the router dropped %s failed: %v (%v)", a.at.Sub(removed).Round(time.Millisecond), name, a.err, a.latency)
 		}
 	}
 }
 
-// fleetJoin restarts l1 while the long-lived connections run, without
-// new ones, so that what l1 records are the flows ECMP moved to it.
-func fleetJoin(t *testing.T, f *fleet, tr *traffic) {
+// fleetJoin starts instance j again while the long-lived connections
+// run, without new ones, so that what it records are the flows ECMP moved
+// to it: each a CT4 miss there, decided to the backend it had.
+func fleetJoin(t *testing.T, f *fleet, tr *traffic, j int) {
+	name := f.bed.Instances[j].Name
 	tr.stopStream()
 	alive := tr.alive()
-	f.start(t, 0)
-	f.waitStatus(t, 0, "healthy backends", fleetHealthy)
+	f.start(t, j)
+	f.waitStatus(t, j, "healthy backends", fleetHealthy)
 	join := time.Now()
 	if !fleetBGP {
 		f.setRoutes(t, 0, 1, 2)
@@ -262,14 +305,16 @@ func fleetJoin(t *testing.T, f *fleet, tr *traffic) {
 	added := f.waitRoutes(t, 0, 1, 2)
 	tr.settle(t, alive, added)
 	time.Sleep(time.Second)
-	moved := f.newConnsTotal(t, 0)[0]
-	t.Logf("l1 joined: %.0f of %d long-lived flows moved to it (recorded there as CT4 misses), %v after the join began",
-		moved, len(alive), added.Sub(join).Round(time.Millisecond))
+	moved := f.newConnsTotal(t, j)[0]
+	t.Logf("%s joined %v after it was healthy: %.0f of %d long-lived flows moved to it (recorded there as CT4 misses)",
+		name, added.Sub(join).Round(time.Millisecond), moved, len(alive))
 	if moved < float64(len(alive))/10 {
-		t.Errorf("only %.0f of %d flows moved to l1 when it joined: the join was not exercised", moved, len(alive))
+		t.Errorf("only %.0f of %d flows moved to %s when it joined: the join was not exercised", moved, len(alive), name)
 	}
 	if broken := tr.broken(alive, join); len(broken) > 0 {
-		t.Errorf("%d of %d long-lived connections broke when l1 joined: %s", len(broken), len(alive), strings.Join(broken, "; "))
+		t.Errorf("%d of %d long-lived connections broke when %s joined: %s", len(broken), len(alive), name, strings.Join(broken, "; "))
+	} else {
+		t.Logf("none of the %d long-lived connections broke or changed backend", len(alive))
 	}
 	tr.startStream()
 }
@@ -374,4 +419,239 @@ func checkNoBreak(t *testing.T, tr *traffic, what string, alive []*longConn, fro
 	}
 	t.Logf("%s: %d long-lived connections, none broken; %d new connections, %d failed, %d answered after a SYN retransmission",
 		what, len(alive), len(attempts), len(failed), slow)
+}
+
+// fleetStatusCLI runs `xlb status --fleet` from the router's namespace
+// over every instance's admin listener: they agree (exit 0); then an
+// operator drain of b1 on l1 alone makes l1's tables differ, and the
+// command names the services where they disagree and exits 1.
+func fleetStatusCLI(t *testing.T, f *fleet) {
+	var addrs []string
+	for _, in := range f.bed.Instances {
+		addrs = append(addrs, netip.AddrPortFrom(in.Addr4, fleetAdminPort).String())
+	}
+	list := strings.Join(addrs, ",")
+	out, err := testbed.Exec(f.bed.Router.NS, xlbBin, "status", "--fleet", list)
+	if err != nil {
+		t.Fatalf("xlb status --fleet on agreeing instances: %v\n%s", err, out)
+	}
+	t.Logf("xlb status --fleet %s:\n%s", list, out)
+	if o, err := f.xlbIn(0, "drain", "--admin", fleetAdmin.String(), "b1"); err != nil {
+		t.Fatalf("xlb drain b1 on l1: %v\n%s", err, o)
+	}
+	out, err = testbed.Exec(f.bed.Router.NS, xlbBin, "status", "--fleet", list)
+	if err == nil || !strings.Contains(out, "web") {
+		t.Errorf("xlb status --fleet with b1 drained on l1 only: %v, want exit 1 naming web:\n%s", err, out)
+	} else {
+		t.Logf("with b1 drained on l1 only: %v\n%s", err, out)
+	}
+	if o, err := f.xlbIn(0, "undrain", "--admin", fleetAdmin.String(), "b1"); err != nil {
+		t.Fatalf("xlb undrain b1 on l1: %v\n%s", err, o)
+	}
+	deadline := time.Now().Add(fleetWait)
+	for {
+		out, err = testbed.Exec(f.bed.Router.NS, xlbBin, "status", "--fleet", list)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("xlb status --fleet after undrain: %v\n%s", err, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// vipsAnnounced reports whether s announces both VIPs (want true) or
+// neither, with reason (want false).
+func vipsAnnounced(s fleetStatus, want bool, reason string) bool {
+	if s.BGP == nil || len(s.BGP.VIPs) != 2 {
+		return false
+	}
+	for _, v := range s.BGP.VIPs {
+		if v.Announced != want || (!want && v.Reason != reason) {
+			return false
+		}
+	}
+	return true
+}
+
+// fleetWithdrawUnhealthy makes every backend fail its health check: every
+// instance withdraws both VIPs ("no eligible backend") and the router has
+// no route left; one backend recovers: every instance announces again and
+// new connections reach that backend through all of them.
+func fleetWithdrawUnhealthy(t *testing.T, f *fleet) {
+	all := []int{0, 1, 2}
+	for _, be := range f.bed.Backends {
+		if err := f.bed.SetHealthy(be.Name, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.waitRoutes(t)
+	for j := range all {
+		f.waitStatus(t, j, "both VIPs withdrawn", func(s fleetStatus) bool { return vipsAnnounced(s, false, "no eligible backend") })
+	}
+	t.Log("every backend unhealthy: every instance withdrew both VIPs (no eligible backend), the router has no route")
+	if err := f.bed.SetHealthy("b2", true); err != nil {
+		t.Fatal(err)
+	}
+	f.waitRoutes(t, all...)
+	for j := range all {
+		f.waitStatus(t, j, "both VIPs announced", func(s fleetStatus) bool { return vipsAnnounced(s, true, "") })
+	}
+	before := f.newConnsTotal(t, all...)
+	for i := range 60 {
+		vip := testbed.VIP4
+		if i%2 == 1 {
+			vip = testbed.VIP6
+		}
+		r, err := testbed.HTTPGet(f.bed.Clients[0].NS, netip.AddrPortFrom(vip, testbed.HTTPPort), "/", 3*time.Second)
+		if err != nil || r.Backend != "b2" {
+			t.Errorf("new connection %d to %s with only b2 healthy: %q, %v", i, vip, r.Backend, err)
+		}
+	}
+	after := f.newConnsTotal(t, all...)
+	for j := range all {
+		if after[j] == before[j] {
+			t.Errorf("no new connection crossed %s after b2 recovered", f.bed.Instances[j].Name)
+		}
+	}
+	t.Log("b2 recovered: every instance announced both VIPs again, 60 new connections reached b2 through all three")
+	for _, be := range f.bed.Backends {
+		if err := f.bed.SetHealthy(be.Name, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for j := range all {
+		f.waitStatus(t, j, "healthy backends", fleetHealthy)
+	}
+}
+
+// birdPID is the pid of the bed's BIRD.
+func birdPID(t *testing.T, f *fleet) int {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(f.bed.RunDir, "bird.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// fleetNeighborRestart stops the router's BIRD (its sessions go, its
+// routes leave the kernel), checks that every instance shows the session
+// down, and starts BIRD again: every instance dials it again (connect
+// retry) and the routes come back via all three.
+func fleetNeighborRestart(t *testing.T, f *fleet) {
+	all := []int{0, 1, 2}
+	pid := birdPID(t, f)
+	if out, err := f.bed.BirdC("down"); err != nil {
+		t.Fatalf("birdc down: %v\n%s", err, out)
+	}
+	for processAlive(pid) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	f.waitRoutes(t)
+	for j := range all {
+		s := f.waitStatus(t, j, "the router's session down", func(s fleetStatus) bool {
+			return s.BGP != nil && len(s.BGP.Neighbors) == 1 && !s.BGP.Neighbors[0].Up
+		})
+		t.Logf("%s with the router gone: session %s (%s), %d transitions", f.bed.Instances[j].Name,
+			s.BGP.Neighbors[0].State, s.BGP.Neighbors[0].Reason, s.BGP.Neighbors[0].Transitions)
+	}
+	restart := time.Now()
+	ctl, conf := filepath.Join(f.bed.RunDir, "bird.ctl"), filepath.Join(f.bed.RunDir, "bird.conf")
+	if out, err := testbed.Exec(f.bed.Router.NS, "bird", "-c", conf, "-s", ctl, "-P", filepath.Join(f.bed.RunDir, "bird.pid")); err != nil {
+		t.Fatalf("starting bird again: %v\n%s", err, out)
+	}
+	back := f.waitRoutes(t, all...)
+	t.Logf("router back: routes via all three instances again %v after BIRD restarted", back.Sub(restart).Round(time.Millisecond))
+	for i := range 30 {
+		if _, err := testbed.HTTPGet(f.bed.Clients[0].NS, netip.AddrPortFrom(testbed.VIP4, testbed.HTTPPort), "/", 3*time.Second); err != nil {
+			t.Errorf("new connection %d after the router came back: %v", i, err)
+		}
+	}
+}
+
+// processAlive: pid exists and is not a zombie.
+func processAlive(pid int) bool {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(raw), ')')
+	return i < 0 || i+2 >= len(raw) || raw[i+2] != 'Z'
+}
+
+// fleetBadNeighbors gives l3, by reload, neighbors that never come up
+// next to the router's good session: one at an address nobody holds
+// (unreachable), one whose AS number is not the one configured (the
+// router's IPv6 address, where BIRD has a session for l3 with MD5 key
+// "secret": the TCP connection opens, the OPEN is refused), then the same
+// with a wrong password (the router's kernel drops every segment). Each is
+// shown in /status as down with a reason and retried, and l3 keeps its
+// good session, its route and its share of new connections throughout.
+func fleetBadNeighbors(t *testing.T, f *fleet) {
+	const j = 2
+	all := []int{0, 1, 2}
+	in := f.bed.Instances[j]
+	// BIRD: a session for l3's IPv6 address, with an MD5 key.
+	conf := filepath.Join(f.bed.RunDir, "bird.conf")
+	fh, err := os.OpenFile(conf, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = fmt.Fprintf(fh, "protocol bgp l3v6 from xlb_instance { neighbor %s as %d; password \"secret\"; }\n", in.Addr6, testbed.InstanceASN)
+	fh.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := f.bed.BirdC("configure"); err != nil || !strings.Contains(out, "Reconfigured") {
+		t.Fatalf("birdc configure: %v\n%s", err, out)
+	}
+	good := fmt.Sprintf("  [[bgp.neighbor]]\n  address = %q\n  asn = %d\n", testbed.RouterSegment4, testbed.RouterASN)
+	unreachable := "  [[bgp.neighbor]]\n  address = \"10.97.0.99\"\n  asn = 65000\n"
+	v6 := func(asn int, password string) string {
+		return fmt.Sprintf("  [[bgp.neighbor]]\n  address = %q\n  asn = %d\n  password = %q\n", testbed.RouterSegment6, asn, password)
+	}
+	for _, step := range []struct {
+		what, neighbors, bad string
+	}{
+		{"unreachable neighbor 10.97.0.99 and wrong ASN 65001 for the router's " + testbed.RouterSegment6.String(),
+			good + unreachable + v6(65001, "secret"), testbed.RouterSegment6.String()},
+		{"wrong password for the router's " + testbed.RouterSegment6.String(),
+			good + unreachable + v6(testbed.RouterASN, "wrong"), testbed.RouterSegment6.String()},
+	} {
+		f.writeConfig(t, j, step.neighbors)
+		f.signal(t, j, syscall.SIGHUP)
+		s := f.waitStatus(t, j, "three neighbors", func(s fleetStatus) bool { return s.BGP != nil && len(s.BGP.Neighbors) == 3 })
+		// Down, with a reason, for long enough to have been retried.
+		time.Sleep(15 * time.Second)
+		s = f.status(t, j)
+		for _, n := range s.BGP.Neighbors {
+			t.Logf("%s: neighbor %s AS %d: state %s up %v reason %q transitions %d", step.what, n.Address, n.ASN, n.State, n.Up, n.Reason, n.Transitions)
+			good := n.Address == testbed.RouterSegment4.String()
+			if n.Up != good {
+				t.Errorf("%s: neighbor %s up %v", step.what, n.Address, n.Up)
+			}
+			if !good && n.Reason == "" {
+				t.Errorf("%s: neighbor %s is down without a reason", step.what, n.Address)
+			}
+		}
+		proto, _ := f.bed.BirdC("show", "protocols", "all", "l3v6")
+		t.Logf("router's view of l3v6:\n%s", proto)
+		// Forwarding goes on: l3 stays in the route and takes its share.
+		f.waitRoutes(t, all...)
+		before := f.newConnsTotal(t, j)[0]
+		for i := range 60 {
+			if _, err := testbed.HTTPGet(f.bed.Clients[0].NS, netip.AddrPortFrom(testbed.VIP4, testbed.HTTPPort), "/", 3*time.Second); err != nil {
+				t.Errorf("%s: new connection %d: %v", step.what, i, err)
+			}
+		}
+		if after := f.newConnsTotal(t, j)[0]; after == before {
+			t.Errorf("%s: no new connection crossed l3", step.what)
+		}
+	}
 }
