@@ -30,12 +30,6 @@ import (
 // traffic: long-lived kept-alive connections and a steady stream of new
 // ones, recording every answer, failure and change of backend.
 
-// fleetBGP says whether the instances announce the VIPs themselves over
-// BGP ([bgp] in their configuration, the router's BIRD installs the ECMP
-// route). Without it the test installs the router's route itself (static
-// ECMP) and removes an instance's next hop where BGP would withdraw it.
-const fleetBGP = true
-
 const (
 	// fleetHold and fleetGrace are the instances' [bgp] hold_time_sec and
 	// graceful_shutdown_sec.
@@ -65,9 +59,9 @@ type fleet struct {
 
 // fleetConfig is instance in's configuration: web (TCP 80 on VIP4) and
 // web6 (TCP 80 on VIP6) over b1-b3, L2 DSR, HTTP health checks of
-// /healthz every second (SetHealthy turns a backend's verdict), and with
-// fleetBGP, [bgp] with the router as neighbor. extraBGP is appended to the
-// [bgp] section (more neighbors).
+// /healthz every second (SetHealthy turns a backend's verdict), and [bgp]:
+// AS 65010, hold time 3 s (BIRD offers 9; the session takes the smaller),
+// graceful shutdown 2 s, with neighbors ("": the router) as its sessions.
 func fleetConfig(b *testbed.Bed, in testbed.Host, neighbors string) string {
 	eps := func(v6 bool) string {
 		var e []string
@@ -102,18 +96,15 @@ ports = ["%d"]
 backend_service = %q
 `, name, vip, testbed.HTTPPort, service)
 	}
-	bgp := ""
-	if fleetBGP {
-		if neighbors == "" {
-			neighbors = fmt.Sprintf("  [[bgp.neighbor]]\n  address = %q\n  asn = %d\n", testbed.RouterSegment4, testbed.RouterASN)
-		}
-		bgp = fmt.Sprintf(`
+	if neighbors == "" {
+		neighbors = fmt.Sprintf("  [[bgp.neighbor]]\n  address = %q\n  asn = %d\n", testbed.RouterSegment4, testbed.RouterASN)
+	}
+	bgp := fmt.Sprintf(`
 [bgp]
 asn = %d
 hold_time_sec = %d
 graceful_shutdown_sec = %d
 %s`, testbed.InstanceASN, int(fleetHold/time.Second), int(fleetGrace/time.Second), neighbors)
-	}
 	return fmt.Sprintf(`
 [dataplane]
 interface = %q
@@ -334,34 +325,6 @@ func (f *fleet) newConnsTotal(t *testing.T, js ...int) []float64 {
 }
 
 // --- the router's route to the VIPs ---------------------------------------
-
-// setRoutes installs the router's ECMP routes to both VIPs via instances
-// js (none: no route), as BGP would with those instances announcing.
-func (f *fleet) setRoutes(t *testing.T, js ...int) {
-	t.Helper()
-	for _, v6 := range []bool{false, true} {
-		fam, dst := "-4", testbed.VIP4.String()+"/32"
-		if v6 {
-			fam, dst = "-6", testbed.VIP6.String()+"/128"
-		}
-		if len(js) == 0 {
-			_, _ = testbed.Exec(f.bed.Router.NS, "ip", fam, "route", "del", dst)
-			continue
-		}
-		args := []string{"ip", fam, "route", "replace", dst}
-		for _, j := range js {
-			in := f.bed.Instances[j]
-			a := in.Addr4
-			if v6 {
-				a = in.Addr6
-			}
-			args = append(args, "nexthop", "via", a.String(), "dev", f.bed.Router.Iface)
-		}
-		if _, err := testbed.Exec(f.bed.Router.NS, args...); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 // routeVia is the router's kernel route to the VIP of a family: its next
 // hops as instance indexes (sorted), and the route's text.
