@@ -37,24 +37,7 @@ func TestBGPExample(t *testing.T) {
 // TestBGPExampleIsDocumented keeps testdata in step with the [bgp] example
 // of docs/config.md (the first toml block after its [bgp] heading).
 func TestBGPExampleIsDocumented(t *testing.T) {
-	const docPath = "../docs/config.md"
-	doc, err := os.ReadFile(docPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(doc), "## `[bgp]`")
-	_, block, ok2 := strings.Cut(section, "```toml\n")
-	block, _, ok3 := strings.Cut(block, "```")
-	if !ok || !ok2 || !ok3 {
-		t.Fatalf("no toml block in the [bgp] section of %s", docPath)
-	}
-	example, err := os.ReadFile(bgpExamplePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(example) != block {
-		t.Errorf("%s differs from the [bgp] example of %s", bgpExamplePath, docPath)
-	}
+	checkDocumented(t, bgpExamplePath, "## `[bgp]`")
 }
 
 func TestBGPDefaults(t *testing.T) {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/netip"
 	"os"
@@ -71,22 +72,35 @@ func TestExampleFromConfigMD(t *testing.T) {
 // TestExampleIsDocumented keeps testdata in step with the documentation:
 // the first toml block of docs/config.md is the example, byte for byte.
 func TestExampleIsDocumented(t *testing.T) {
+	checkDocumented(t, examplePath, "")
+}
+
+// checkDocumented fails t unless the file at path is, byte for byte, the
+// first toml block of docs/config.md after heading (from the top when
+// heading is "").
+func checkDocumented(t *testing.T, path, heading string) {
+	t.Helper()
 	const docPath = "../docs/config.md"
 	doc, err := os.ReadFile(docPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, block, ok := strings.Cut(string(doc), "```toml\n")
-	block, _, ok2 := strings.Cut(block, "```")
-	if !ok || !ok2 {
-		t.Fatalf("no toml block in %s", docPath)
+	where := docPath
+	if heading != "" {
+		where = fmt.Sprintf("the %s section of %s", heading, docPath)
 	}
-	example, err := os.ReadFile(examplePath)
+	_, section, ok := strings.Cut(string(doc), heading) // "" cuts before the first byte
+	_, block, ok2 := strings.Cut(section, "```toml\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatalf("no toml block in %s", where)
+	}
+	example, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if string(example) != block {
-		t.Errorf("%s differs from the example of %s", examplePath, docPath)
+		t.Errorf("%s differs from the toml block of %s", path, where)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"xlb/internal/deptest"
 )
 
 // TestDeps_HotPathStaysSmall guards the layering: the per-packet packages
@@ -20,11 +22,11 @@ func TestDeps_HotPathStaysSmall(t *testing.T) {
 		"github.com/google/gopacket",
 	}
 	// The check sees what it looks for: craft does use gopacket.
-	if !slices.Contains(goListDeps(t, "xlb/dataplane/craft"), "github.com/google/gopacket") {
+	if !slices.Contains(deptest.Deps(t, "xlb/dataplane/craft"), "github.com/google/gopacket") {
 		t.Fatal("go list -deps xlb/dataplane/craft does not show gopacket")
 	}
 	for _, pkg := range []string{"xlb/dataplane", "xlb/dataplane/packet"} {
-		for _, dep := range goListDeps(t, pkg) {
+		for _, dep := range deptest.Deps(t, pkg) {
 			for _, f := range forbidden {
 				if dep == f || strings.HasPrefix(dep, strings.TrimSuffix(f, "/")+"/") {
 					t.Errorf("%s depends on %s", pkg, dep)
@@ -33,7 +35,7 @@ func TestDeps_HotPathStaysSmall(t *testing.T) {
 		}
 	}
 	for _, pkg := range []string{"xlb/maglev", "xlb/conntrack"} {
-		for _, dep := range goListDeps(t, pkg) {
+		for _, dep := range deptest.Deps(t, pkg) {
 			if dep != pkg && (dep == "xlb" || strings.HasPrefix(dep, "xlb/")) {
 				t.Errorf("%s depends on %s, a package of this module", pkg, dep)
 			}
@@ -55,31 +57,10 @@ func TestDeps_AsavieOnlyInTests(t *testing.T) {
 		t.Fatal("go list -test -deps xlb/dataplane/afxdp does not show " + asavie)
 	}
 	for _, pkg := range []string{"xlb/cmd/xlb", "xlb/cmd/lbbench", "xlb/cmd/xlb-testserver"} {
-		for _, dep := range goListDeps(t, pkg) {
+		for _, dep := range deptest.Deps(t, pkg) {
 			if dep == asavie || strings.HasPrefix(dep, asavie+"/") {
 				t.Errorf("%s links %s", pkg, dep)
 			}
 		}
 	}
-}
-
-// goListDeps returns the import paths pkg depends on, itself included.
-func goListDeps(tb testing.TB, pkg string) []string {
-	tb.Helper()
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		tb.Skip("no go command in PATH")
-	}
-	out, err := exec.Command(gobin, "list", "-deps", "-f", "{{.ImportPath}}", pkg).Output()
-	if err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
-			tb.Fatalf("go list -deps %s: %v\n%s", pkg, err, ee.Stderr)
-		}
-		tb.Fatalf("go list -deps %s: %v", pkg, err)
-	}
-	deps := strings.Fields(string(out))
-	if len(deps) == 0 || deps[len(deps)-1] != pkg {
-		tb.Fatalf("go list -deps %s: unexpected output %q", pkg, out)
-	}
-	return deps
 }

@@ -1,9 +1,10 @@
 package healthcheck
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
+
+	"xlb/internal/deptest"
 )
 
 // TestDeps_NoControlOrDataPlane: the checker reports results; it knows
@@ -11,15 +12,7 @@ import (
 // converts). It reads the transitive, non-test dependencies from
 // `go list -deps`, and sees what it looks for: config is one of them.
 func TestDeps_NoControlOrDataPlane(t *testing.T) {
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command in PATH")
-	}
-	out, err := exec.Command(gobin, "list", "-deps", "-f", "{{.ImportPath}}", "xlb/healthcheck").Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
-	deps := strings.Fields(string(out))
+	deps := deptest.Deps(t, "xlb/healthcheck")
 	sawConfig := false
 	for _, d := range deps {
 		sawConfig = sawConfig || d == "xlb/config"

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"xlb/internal/syncbuf"
 )
 
 // TestProgressSilentOffTerminal: on a buffer or a regular file (what a CI
@@ -86,23 +88,11 @@ func TestProgressLine(t *testing.T) {
 	}
 }
 
-// syncBuffer lets the test read what the bar wrote while -race watches.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
 // TestProgressConcurrent: Adds from 8 goroutines all count, the redraws
 // stay within 10 per (fake) second, and the final line says 100%.
 func TestProgressConcurrent(t *testing.T) {
 	clk := &fakeClock{tick: time.Millisecond}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	const workers, each = 8, 2000
 	p := newProgress(&out, "load", workers*each, true, 80, clk.now)
 	var wg sync.WaitGroup
@@ -119,7 +109,7 @@ func TestProgressConcurrent(t *testing.T) {
 	if got := p.done.Load(); got != workers*each {
 		t.Errorf("counted %d, want %d", got, workers*each)
 	}
-	s := out.b.String()
+	s := out.String()
 	draws := strings.Count(s, "\r")
 	elapsed := time.Duration(clk.t.Load())
 	if limit := int(elapsed/redrawEvery) + 2; draws < 2 || draws > limit {

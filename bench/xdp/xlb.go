@@ -1,7 +1,6 @@
 package xdp
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,7 @@ import (
 	"xlb/bench/xdp/sink"
 	"xlb/bench/xdp/topo"
 	"xlb/internal/nsx"
+	"xlb/internal/syncbuf"
 )
 
 // The two xlb services on the VIP: untracked (UDP, affinity NONE: Maglev
@@ -155,27 +155,10 @@ func (h *healthResponder) close() {
 // xlbProc is `xlb run` in the middle namespace.
 type xlbProc struct {
 	cmd    *exec.Cmd
-	log    *syncBuffer
+	log    *syncbuf.Buffer
 	exited chan struct{}
 	err    error
 	client *http.Client
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // tail returns the last n lines of s.
@@ -191,7 +174,7 @@ func tail(s string, n int) string {
 // execs, so the pid is xlb's) and waits until every backend of both
 // services is healthy and has its MAC.
 func startXLB(ctx context.Context, t *topo.Topo, bin, cfgPath string) (*xlbProc, error) {
-	p := &xlbProc{log: &syncBuffer{}, exited: make(chan struct{}),
+	p := &xlbProc{log: &syncbuf.Buffer{}, exited: make(chan struct{}),
 		cmd: exec.Command("ip", "netns", "exec", t.MidNS, bin, "run", "-c", cfgPath, "--log-level", "warn")}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
 	"os"
@@ -10,13 +9,13 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"xlb/internal/nettest"
 	"xlb/internal/nsx"
+	"xlb/internal/syncbuf"
 )
 
 // binPath is the command built once by TestMain, for what only a separate
@@ -40,24 +39,6 @@ func TestMain(m *testing.M) {
 	}())
 }
 
-// syncBuffer collects a process's output while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
@@ -73,7 +54,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // with status 0 and removes the pid file.
 func TestProcess(t *testing.T) {
 	pidfile := filepath.Join(t.TempDir(), "b1.pid")
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	cmd := exec.Command(binPath, "--name", "b1", "--weight", "5", "--pidfile", pidfile,
 		"--listen-tcp", "127.0.0.1:0", "--listen-udp", "127.0.0.1:0")
 	cmd.Stdout, cmd.Stderr = &logs, &logs

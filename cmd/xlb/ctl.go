@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -95,38 +94,20 @@ func cmdStatus(args []string, stdout io.Writer) error {
 	if *fleet != "" {
 		return fleetStatus(strings.Split(*fleet, ","), stdout)
 	}
-	r, err := fetchStatus(addr)
+	r, err := admin.FetchReport(addr)
 	if err != nil {
-		return err
+		return fmt.Errorf("xlb status: %w", err)
 	}
 	return admin.WriteTables(stdout, r)
-}
-
-func fetchStatus(addr string) (*admin.Report, error) {
-	body, err := admin.Call(http.MethodGet, addr, "/status")
-	if err != nil {
-		return nil, fmt.Errorf("xlb status: %w", err)
-	}
-	var r admin.Report
-	if err := json.Unmarshal(body, &r); err != nil {
-		return nil, fmt.Errorf("xlb status: %s/status: %w", addr, err)
-	}
-	return &r, nil
 }
 
 // errDisagree: the fleet's instances disagree (exit 1, the table says where).
 var errDisagree = errors.New("xlb status --fleet: the instances disagree")
 
 func fleetStatus(addrs []string, stdout io.Writer) error {
-	reports := map[string]*admin.Report{}
-	for _, a := range addrs {
-		dial, err := admin.DialAddr(a)
-		if err != nil {
-			return fmt.Errorf("xlb status: --fleet %q: %v (%w)", a, err, errUsage)
-		}
-		if reports[a], err = fetchStatus(dial); err != nil {
-			return err
-		}
+	reports, err := admin.FetchFleet(addrs)
+	if err != nil {
+		return fmt.Errorf("xlb status --fleet: %w", err)
 	}
 	agree, err := admin.WriteFleet(stdout, addrs, reports)
 	if err == nil && !agree {

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -53,4 +54,33 @@ func Call(method, addr, path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s", strings.TrimSpace(string(body)))
 	}
 	return body, nil
+}
+
+// FetchReport reads the listener's /status at addr.
+func FetchReport(addr string) (*Report, error) {
+	body, err := Call(http.MethodGet, addr, "/status")
+	if err != nil {
+		return nil, err
+	}
+	var r Report
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, fmt.Errorf("%s/status: %w", addr, err)
+	}
+	return &r, nil
+}
+
+// FetchFleet reads /status of every instance's listener (host:port each,
+// an unspecified host meaning this host), by the address as given.
+func FetchFleet(addrs []string) (map[string]*Report, error) {
+	reports := map[string]*Report{}
+	for _, a := range addrs {
+		dial, err := DialAddr(a)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", a, err)
+		}
+		if reports[a], err = FetchReport(dial); err != nil {
+			return nil, err
+		}
+	}
+	return reports, nil
 }

@@ -2,11 +2,8 @@ package appliance
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"testing"
 	"time"
@@ -35,50 +32,24 @@ func newRunNS(tb testing.TB) *runNS {
 		bMAC: net.HardwareAddr{0x02, 0x7e, 0, 0, 0, 0x0b},
 		pMAC: net.HardwareAddr{0x02, 0x7e, 0, 0, 0, 0x0c},
 	}
+	// One queue each way: native XDP on veth needs xrt-b's rx queues >=
+	// xrt-p's tx queues. No IPv6: the kernel then sends nothing on the
+	// links by itself.
+	n.b, n.p = n.AddVeth(tb, nettest.Veth{
+		Name: n.bName, PeerName: n.pName,
+		MAC: n.bMAC, PeerMAC: n.pMAC,
+		RxQueues: 1, TxQueues: 1, PeerRxQueues: 1, PeerTxQueues: 1,
+		NoIPv6: true,
+	})
 	err := n.Do(func() error {
-		// No IPv6: the kernel then sends nothing on the links by itself.
-		for _, p := range []string{"default", "all"} {
-			f := "/proc/sys/net/ipv6/conf/" + p + "/disable_ipv6"
-			if err := os.WriteFile(f, []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return err
-			}
-		}
 		lo, err := netlink.LinkByName("lo")
-		if err == nil {
-			err = netlink.LinkSetUp(lo) // the admin listener is on 127.0.0.1
-		}
 		if err != nil {
-			return fmt.Errorf("lo up: %w", err)
+			return err
 		}
-		// One queue each way: native XDP on veth needs xrt-b's rx queues
-		// >= xrt-p's tx queues.
-		veth := &netlink.Veth{
-			LinkAttrs:        netlink.LinkAttrs{Name: n.bName, HardwareAddr: n.bMAC, NumTxQueues: 1, NumRxQueues: 1},
-			PeerName:         n.pName,
-			PeerHardwareAddr: n.pMAC,
-			PeerNumTxQueues:  1,
-			PeerNumRxQueues:  1,
-		}
-		if err := netlink.LinkAdd(veth); err != nil {
-			return fmt.Errorf("adding veth: %w", err)
-		}
-		for _, x := range []struct {
-			name string
-			idx  *int
-		}{{n.bName, &n.b}, {n.pName, &n.p}} {
-			l, err := netlink.LinkByName(x.name)
-			if err != nil {
-				return err
-			}
-			if err := netlink.LinkSetUp(l); err != nil {
-				return err
-			}
-			*x.idx = l.Attrs().Index
-		}
-		return nil
+		return netlink.LinkSetUp(lo) // the admin listener is on 127.0.0.1
 	})
 	if err != nil {
-		tb.Fatalf("setting up %s: %v", n.Name, err)
+		tb.Fatalf("lo up in %s: %v", n.Name, err)
 	}
 	return n
 }
@@ -172,16 +143,12 @@ func (s *packetSocket) recv(d time.Duration) ([]byte, error) {
 		if err := unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 			return nil, err
 		}
-		n, from, err := unix.Recvfrom(s.fd, buf, 0)
-		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
-			continue
-		}
+		n, ok, err := nettest.RecvIncoming(s.fd, buf)
 		if err != nil {
 			return nil, err
 		}
-		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
-			continue
+		if ok {
+			return append([]byte(nil), buf[:n]...), nil
 		}
-		return append([]byte(nil), buf[:n]...), nil
 	}
 }

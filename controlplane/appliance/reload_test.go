@@ -289,3 +289,66 @@ func TestX2_ReloadOfAConfig(t *testing.T) {
 		t.Errorf("New without an interface: %v", err)
 	}
 }
+
+// reloadFleet records what a reload hands the announcer.
+type reloadFleet struct{ f *reloadRig }
+
+func (r reloadFleet) reload(cfg *config.Config) error {
+	var ns []string
+	for _, n := range cfg.BGP.Neighbors {
+		ns = append(ns, n.Address.String())
+	}
+	r.f.calls = append(r.f.calls, fmt.Sprintf("bgp %s [%s]", strings.Join(ns, " "), r.f.published()))
+	return nil
+}
+
+const reloadBGP = `
+[bgp]
+asn = 65010
+  [[bgp.neighbor]]
+  address = "10.97.0.1"
+  asn = 65000
+`
+
+// TestX2_ReloadBGP: with [bgp], a reload hands the announcer the new
+// neighbors (and VIPs) after the control plane has the new configuration
+// and before stale VIPs leave the XDP map, so a removed VIP is withdrawn
+// while it is still steered; a change of asn or router_id, or adding or
+// removing the section, needs a restart and changes nothing.
+func TestX2_ReloadBGP(t *testing.T) {
+	f := newReloadRig(t)
+	f.write(t, ctlConfig+reloadDataplane+reloadBGP)
+	// The rig started without [bgp]: adding the section is a restart.
+	if err := f.rl.reloadFile(); !errors.Is(err, ErrRestart) || !strings.Contains(err.Error(), "bgp changed") {
+		t.Fatalf("adding [bgp]: %v, want a restart", err)
+	}
+	cur, err := config.Load(f.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.rl.cur, f.rl.fleet = cur, reloadFleet{f}
+
+	next := strings.ReplaceAll(ctlConfig, `ip_address = "203.0.113.10"`, `ip_address = "203.0.113.20"`)
+	f.write(t, next+reloadDataplane+reloadBGP+"  [[bgp.neighbor]]\n  address = \"10.97.0.9\"\n  asn = 65000\n")
+	if err := f.rl.reloadFile(); err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.Index(f.calls, "bgp 10.97.0.1 10.97.0.9 [10.0.4.1,b1,b2,f1]"); i < 0 || i != len(f.calls)-2 ||
+		f.calls[len(f.calls)-1] != "vips [203.0.113.20] [10.0.4.1,b1,b2,f1]" {
+		t.Errorf("calls:\n%s\nwant the neighbors handed over just before the stale VIP leaves", strings.Join(f.calls, "\n"))
+	}
+	for _, tc := range []struct{ name, bgp, want string }{
+		{"asn", strings.Replace(reloadBGP, "asn = 65010", "asn = 65011", 1), "bgp.asn changed: restart required"},
+		{"router id", strings.Replace(reloadBGP, "asn = 65010", "asn = 65010\nrouter_id = \"10.0.0.9\"", 1), "bgp.router_id changed: restart required"},
+		{"removed", "", "bgp changed: restart required"},
+	} {
+		calls := len(f.calls)
+		f.write(t, next+reloadDataplane+tc.bgp)
+		if err := f.rl.reloadFile(); !errors.Is(err, ErrRestart) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+		if len(f.calls) != calls {
+			t.Errorf("%s: a rejected reload changed something: %v", tc.name, f.calls[calls:])
+		}
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"xlb/config"
 	"xlb/dataplane/craft"
 	"xlb/dataplane/packet"
+	"xlb/internal/syncbuf"
 )
 
 // runEnv names the configuration file when the test binary is started to
@@ -127,26 +127,9 @@ backend_service = "dns"
 // xlbProc is the appliance (runChild) started in a namespace.
 type xlbProc struct {
 	cmd            *exec.Cmd
-	stdout, stderr *syncBuffer
+	stdout, stderr *syncbuf.Buffer
 	exited         chan struct{}
 	err            error // Wait's, once exited is closed
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startXLB runs the appliance on the configuration file cfg inside n; it
@@ -157,7 +140,7 @@ func startXLB(t *testing.T, n *runNS, cfg string) *xlbProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &xlbProc{cmd: exec.Command(bin), stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	p := &xlbProc{cmd: exec.Command(bin), stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, exited: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), runEnv+"="+cfg)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	if err := n.start(p.cmd); err != nil {

@@ -123,14 +123,11 @@ func (e *env) capture(tb testing.TB, n int, timeout time.Duration) [][]byte {
 	buf := make([]byte, 4096)
 	deadline := time.Now().Add(timeout)
 	for len(got) < n && time.Now().Before(deadline) {
-		m, from, err := unix.Recvfrom(e.pkt, buf, 0)
-		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
-			continue
-		}
+		m, ok, err := nettest.RecvIncoming(e.pkt, buf)
 		if err != nil {
 			tb.Fatalf("capturing on the peer: %v", err)
 		}
-		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+		if !ok {
 			continue
 		}
 		got = append(got, bytes.Clone(buf[:m]))

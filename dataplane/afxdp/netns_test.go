@@ -1,13 +1,8 @@
 package afxdp
 
 import (
-	"errors"
-	"fmt"
 	"net"
-	"os"
 	"testing"
-
-	"github.com/vishvananda/netlink"
 
 	"xlb/internal/nettest"
 )
@@ -32,46 +27,11 @@ func newVethPair(tb testing.TB, ns *nettest.NS) *vethPair {
 		xMAC: net.HardwareAddr{0x02, 0xaf, 0, 0, 0, 0x01},
 		pMAC: net.HardwareAddr{0x02, 0xaf, 0, 0, 0, 0x02},
 	}
-	err := ns.Do(func() error {
-		for _, p := range []string{"default", "all"} {
-			f := "/proc/sys/net/ipv6/conf/" + p + "/disable_ipv6"
-			if err := os.WriteFile(f, []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return err
-			}
-		}
-		h, err := netlink.NewHandle()
-		if err != nil {
-			return err
-		}
-		defer h.Close()
-		veth := &netlink.Veth{
-			LinkAttrs:        netlink.LinkAttrs{Name: v.xName, HardwareAddr: v.xMAC, NumTxQueues: 1, NumRxQueues: 1},
-			PeerName:         v.pName,
-			PeerHardwareAddr: v.pMAC,
-			PeerNumTxQueues:  1,
-			PeerNumRxQueues:  1,
-		}
-		if err := h.LinkAdd(veth); err != nil {
-			return fmt.Errorf("adding veth: %w", err)
-		}
-		for _, name := range []string{v.xName, v.pName} {
-			l, err := h.LinkByName(name)
-			if err != nil {
-				return err
-			}
-			if err := h.LinkSetUp(l); err != nil {
-				return err
-			}
-			if name == v.xName {
-				v.x = l.Attrs().Index
-			} else {
-				v.p = l.Attrs().Index
-			}
-		}
-		return nil
+	v.x, v.p = ns.AddVeth(tb, nettest.Veth{
+		Name: v.xName, PeerName: v.pName,
+		MAC: v.xMAC, PeerMAC: v.pMAC,
+		RxQueues: 1, TxQueues: 1, PeerRxQueues: 1, PeerTxQueues: 1,
+		NoIPv6: true,
 	})
-	if err != nil {
-		tb.Fatalf("veth pair in %s: %v", ns.Name, err)
-	}
 	return v
 }

@@ -32,28 +32,20 @@ func newTestNS(tb testing.TB, rxQueues int) *testNS {
 	}
 	tb.Cleanup(h.Close)
 
-	veth := &netlink.Veth{
-		LinkAttrs:       netlink.LinkAttrs{Name: "xdpt-in", NumRxQueues: rxQueues, NumTxQueues: 1},
-		PeerName:        "xdpt-peer",
-		PeerNumRxQueues: 1, PeerNumTxQueues: 1,
-	}
-	if err := h.LinkAdd(veth); err != nil {
-		tb.Fatalf("adding veth in %s: %v", ns.Name, err)
-	}
+	in, peer := ns.AddVeth(tb, nettest.Veth{
+		Name: "xdpt-in", PeerName: "xdpt-peer",
+		RxQueues: rxQueues, TxQueues: 1, PeerRxQueues: 1, PeerTxQueues: 1,
+	})
 	t := &testNS{NS: ns, nl: h}
-	for _, p := range []*netlink.Link{&t.In, &t.Peer} {
-		n := "xdpt-in"
-		if p == &t.Peer {
-			n = "xdpt-peer"
-		}
-		l, err := h.LinkByName(n)
+	for _, x := range []struct {
+		l   *netlink.Link
+		idx int
+	}{{&t.In, in}, {&t.Peer, peer}} {
+		l, err := h.LinkByIndex(x.idx)
 		if err != nil {
-			tb.Fatalf("%s: %v", n, err)
+			tb.Fatalf("link %d: %v", x.idx, err)
 		}
-		if err := h.LinkSetUp(l); err != nil {
-			tb.Fatalf("%s up: %v", n, err)
-		}
-		*p = l
+		*x.l = l
 	}
 	return t
 }

@@ -1,8 +1,9 @@
 // Package nettest is the one home of the helpers that tests building
 // network namespaces, loading XDP programs or opening raw sockets share:
-// a root check that skips, a throwaway named namespace, the open file
-// descriptors of the process (for leak checks in TestMain) and htons for
-// AF_PACKET protocol numbers. Running code inside a namespace is
+// a root check that skips, a throwaway named namespace and a veth pair in
+// it, IPv6 off, the open file descriptors of the process (for leak checks
+// in TestMain), htons for AF_PACKET protocol numbers and reading the
+// frames an AF_PACKET socket receives. Running code inside a namespace is
 // internal/nsx's (OnThread, Do); NS.Do builds on it.
 package nettest
 
@@ -10,12 +11,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"xlb/internal/nsx"
 )
@@ -78,6 +82,106 @@ func (n *NS) Do(fn func() error) error {
 		}
 		return fn()
 	})
+}
+
+// Veth is a veth pair for NS.AddVeth to make: Name and its peer PeerName,
+// with the given MACs (nil: the kernel picks one at random) and queue
+// counts (0: one). Native XDP on a veth needs Name's rx queues >= the
+// peer's tx queues.
+type Veth struct {
+	Name, PeerName             string
+	MAC, PeerMAC               net.HardwareAddr
+	RxQueues, TxQueues         int
+	PeerRxQueues, PeerTxQueues int
+	// NoIPv6 turns IPv6 off in the namespace (default and all) before the
+	// pair is made, so the kernel sends nothing on the links by itself (no
+	// router solicitations, DAD or MLD reports).
+	NoIPv6 bool
+}
+
+// AddVeth makes the pair v inside n, sets both ends up and returns their
+// ifindexes (of v.Name, then of v.PeerName); any error fails tb.
+func (n *NS) AddVeth(tb testing.TB, v Veth) (index, peerIndex int) {
+	tb.Helper()
+	one := func(q int) int {
+		if q == 0 {
+			return 1
+		}
+		return q
+	}
+	err := n.Do(func() error {
+		if v.NoIPv6 {
+			if err := DisableIPv6(); err != nil {
+				return err
+			}
+		}
+		h, err := netlink.NewHandle()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		veth := &netlink.Veth{
+			LinkAttrs: netlink.LinkAttrs{Name: v.Name, HardwareAddr: v.MAC,
+				NumRxQueues: one(v.RxQueues), NumTxQueues: one(v.TxQueues)},
+			PeerName:         v.PeerName,
+			PeerHardwareAddr: v.PeerMAC,
+			PeerNumRxQueues:  uint32(one(v.PeerRxQueues)),
+			PeerNumTxQueues:  uint32(one(v.PeerTxQueues)),
+		}
+		if err := h.LinkAdd(veth); err != nil {
+			return fmt.Errorf("adding veth %s/%s: %w", v.Name, v.PeerName, err)
+		}
+		for _, x := range []struct {
+			name string
+			idx  *int
+		}{{v.Name, &index}, {v.PeerName, &peerIndex}} {
+			l, err := h.LinkByName(x.name)
+			if err != nil {
+				return err
+			}
+			if err := h.LinkSetUp(l); err != nil {
+				return fmt.Errorf("%s up: %w", x.name, err)
+			}
+			*x.idx = l.Attrs().Index
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatalf("veth pair in %s: %v", n.Name, err)
+	}
+	return index, peerIndex
+}
+
+// DisableIPv6 turns IPv6 off (default and all) in the namespace of the
+// calling thread: run it inside one (NS.Do, nsx.Do). Links made after it
+// get no IPv6, so the kernel sends nothing on them by itself. A kernel
+// without IPv6 is no error.
+func DisableIPv6() error {
+	for _, p := range []string{"default", "all"} {
+		f := "/proc/sys/net/ipv6/conf/" + p + "/disable_ipv6"
+		if err := os.WriteFile(f, []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// RecvIncoming reads one frame from fd, an AF_PACKET socket, into buf. ok
+// is false, with no error, when there was none to read in time (EAGAIN:
+// SO_RCVTIMEO passed), the read was interrupted (EINTR) or the frame is one
+// this host sent (PACKET_OUTGOING): the caller reads again.
+func RecvIncoming(fd int, buf []byte) (n int, ok bool, err error) {
+	n, from, err := unix.Recvfrom(fd, buf, 0)
+	if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if ll, isLL := from.(*unix.SockaddrLinklayer); isLL && ll.Pkttype == unix.PACKET_OUTGOING {
+		return 0, false, nil
+	}
+	return n, true, nil
 }
 
 // OpenFDs maps this process's open file descriptors to what they point at,

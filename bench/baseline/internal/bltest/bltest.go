@@ -83,7 +83,7 @@ func New(tb testing.TB, prefix string, o Opts) *Bed {
 	for _, name := range []string{b.MidNS, b.GenNS} {
 		nettest.NewNS(tb, name)
 		if !o.IPv6 {
-			if err := nsx.Do(name, disableIPv6); err != nil {
+			if err := nsx.Do(name, nettest.DisableIPv6); err != nil {
 				tb.Fatalf("namespace %s: %v", name, err)
 			}
 		}
@@ -145,16 +145,6 @@ func New(tb testing.TB, prefix string, o Opts) *Bed {
 	return b
 }
 
-func disableIPv6() error {
-	for _, p := range []string{"default", "all"} {
-		f := "/proc/sys/net/ipv6/conf/" + p + "/disable_ipv6"
-		if err := os.WriteFile(f, []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-	}
-	return nil
-}
-
 // packetSocket opens an AF_PACKET socket bound to ifindex; a capturing one
 // has a short receive timeout.
 func packetSocket(ifindex int, proto uint16, capture bool) (int, error) {
@@ -209,14 +199,11 @@ func (b *Bed) Collect(tb testing.TB, n int, timeout time.Duration, keep func([]b
 	buf := make([]byte, 4096)
 	deadline := time.Now().Add(timeout)
 	for len(got) < n && time.Now().Before(deadline) {
-		m, from, err := unix.Recvfrom(b.cap, buf, 0)
-		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
-			continue
-		}
+		m, ok, err := nettest.RecvIncoming(b.cap, buf)
 		if err != nil {
 			tb.Fatalf("capturing on %s: %v", PName, err)
 		}
-		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+		if !ok {
 			continue
 		}
 		f := append([]byte(nil), buf[:m]...)
