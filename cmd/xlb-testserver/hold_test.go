@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"xlb/internal/syncbuf"
 )
 
 // TestHold runs hold against a server on loopback: its first report (on
@@ -14,7 +16,7 @@ import (
 // failed; SIGTERM ends it with exit 0.
 func TestHold(t *testing.T) {
 	s := startServer(t, serveConfig{name: "b1", tcp: loopbacks(t)[:1]})
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	done := make(chan int)
 	go func() {
 		done <- run([]string{"hold", "--tcp", s.tcpAddrs()[0].String(), "-n", "5", "--interval", "20ms", "--new-interval", "50ms"}, out, io.Discard)
