@@ -25,8 +25,8 @@ import (
 
 // The fleet: xlb instances l1..l3 of the fleet bed (scripts/testbed.sh
 // --instances 3) behind its router, each running `xlb run` with the same
-// services. The harness here starts and stops instances, controls or
-// watches the router's ECMP route to the VIPs, and runs the clients'
+// services. The harness here starts and stops instances, watches the
+// router's ECMP route to the VIPs, and runs the clients'
 // traffic: long-lived kept-alive connections and a steady stream of new
 // ones, recording every answer, failure and change of backend.
 
@@ -38,10 +38,10 @@ const (
 	// fleetWait bounds every wait for a state (routes, health, answers):
 	// generous for a loaded machine, never an expectation.
 	fleetWait = 60 * time.Second
-	// fleetAdmin is where each instance's admin listener is reached from
-	// its own namespace: it listens on every address (0.0.0.0:9110), so
-	// that drain and undrain, which it takes from loopback clients only,
-	// work from inside the namespace and /status from the router's.
+	// fleetAdminPort: each instance's admin listener listens on every
+	// address (0.0.0.0:9110), so that drain and undrain, which it takes
+	// from loopback clients only, work from inside the namespace
+	// (fleetAdmin) and /status from the router's (xlb status --fleet).
 	fleetAdminPort = 9110
 )
 
@@ -54,7 +54,7 @@ type fleet struct {
 	procs []*xlbProc // per instance, nil when not started
 	// started is every xlb ever started, stopped by upFleet's cleanup.
 	started []*xlbProc
-	exp     *config.Config
+	exp     *config.Config // what xlb explain reads
 }
 
 // fleetConfig is instance in's configuration: web (TCP 80 on VIP4) and
@@ -355,7 +355,7 @@ func (f *fleet) routeVia(t *testing.T, v6 bool) ([]int, string) {
 		}
 	}
 	sort.Ints(js)
-	return js, out
+	return slices.Compact(js), out
 }
 
 // waitRoutes waits until the router's routes to both VIPs go via exactly

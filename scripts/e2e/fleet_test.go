@@ -226,7 +226,7 @@ func fleetDeath(t *testing.T, f *fleet, tr *traffic, j int, sig syscall.Signal) 
 		}
 	}
 	start := time.Now()
-	time.Sleep(time.Second) // traffic before the kill
+	time.Sleep(2 * time.Second) // traffic before the kill: no new connection fails
 	alive := tr.alive()
 	if len(alive) != len(tr.conns) {
 		t.Fatalf("%d of %d long-lived connections failed before the kill: %v", len(tr.conns)-len(alive), len(tr.conns), tr.broken(tr.conns, start.Add(-time.Hour)))
