@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -172,6 +174,22 @@ func fleetSpread(t *testing.T, f *fleet) {
 	}
 	if mismatch > 0 {
 		t.Errorf("%d of %d connections answered by another backend than xlb explain predicts", mismatch, len(res))
+	}
+	// The predictions above call the package xlb explain runs; the command
+	// itself says the same, for a few of them.
+	for _, r := range res[:3] {
+		if r.err != nil {
+			continue
+		}
+		out, err := exec.Command(xlbBin, "explain", "-c", f.cfgs[0], "--json", "--src", r.local.Addr().String(),
+			"--dst", r.remote.Addr().String(), "--proto", "tcp", "--sport", strconv.Itoa(int(r.local.Port())),
+			"--dport", strconv.Itoa(int(r.remote.Port())), "--flags", "S").Output()
+		var rep struct {
+			Backend string `json:"backend"`
+		}
+		if err != nil || json.Unmarshal(out, &rep) != nil || rep.Backend != r.backend {
+			t.Errorf("xlb explain for %s -> %s: %q (%v), the connection was answered by %s", r.local, r.remote, out, err, r.backend)
+		}
 	}
 	total := 0.0
 	for j := range all {
