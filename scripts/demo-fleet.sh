@@ -243,7 +243,7 @@ sleep 6
 report
 
 echo
-echo "== xlb drain --node on l2: it withdraws its routes (graceful shutdown community first) and keeps forwarding"
+echo "== xlb drain --node on l2: it withdraws its routes and keeps forwarding"
 t0=$(date +%s.%N)
 ip netns exec "$PREFIX-l2" bin/xlb drain --node --admin "127.0.0.1:$ADMIN_PORT" | sed 's/^/   /'
 wait_vias "l3"
