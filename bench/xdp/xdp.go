@@ -431,12 +431,17 @@ func (b *bench) measureForwarder(ctx context.Context, f *forwarder) (_ []Case, e
 	// A short run per variant to warm caches, the rings and the tables
 	// before measuring: a tracked variant's flows are then established,
 	// as in a steady state (new flows are lbbench core's business).
+	// They are the first frames each variant's worker sees, so they are
+	// kept (Load "warm"): what xlb-ct's first inserts cost (page faults,
+	// loss) is there.
+	var out []Case
 	for _, v := range f.variants {
-		if _, err := b.runCase(ctx, f, v, b.cfg.Sizes[0], "warm", 0, min(b.cfg.Duration/2, 200*time.Millisecond)); err != nil {
+		c, err := b.runCase(ctx, f, v, b.cfg.Sizes[0], "warm", 0, min(b.cfg.Duration/2, 200*time.Millisecond))
+		if err != nil {
 			return nil, err
 		}
+		out = append(out, c)
 	}
-	var out []Case
 	rates := map[[2]int]float64{} // by variant index and size
 	for vi, v := range f.variants {
 		for _, size := range b.cfg.Sizes {

@@ -366,3 +366,67 @@ func TestReportFromCases(t *testing.T) {
 		t.Fatalf("JSON: %v", err)
 	}
 }
+
+// TestTrackedTargets: xlb-ct's lossless rate against xlb's (>= 0.9x) and
+// its worker's page faults beyond xlb's, warm-up included (ExtraFaults,
+// <= FaultSlack), as targets; neither without both variants.
+func TestTrackedTargets(t *testing.T) {
+	b := &bench{cfg: Config{Sizes: []int{64}}, genCPU: 0, midCPU: 1}
+	if err := b.cfg.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(v, load string, pps float64, faults uint64) Case {
+		return Case{Variant: v, Size: 64, Load: load, SentPPS: pps, WorkerFaults: faults}
+	}
+	for _, tc := range []struct {
+		name          string
+		ctPPS         float64
+		ctWarm, xWarm uint64
+		ratioMet      bool
+		extra         int64
+		faultsMet     bool
+	}{
+		{"populated", 0.46e6, 1, 6, true, 1 + 2 - 6 - 1, true},
+		{"first-touch faults", 0.3e6, 40, 6, false, 40 + 2 - 6 - 1, false},
+	} {
+		cs := []Case{mk("xlb", "warm", 0.8e6, tc.xWarm), mk("xlb-ct", "warm", 0.8e6, tc.ctWarm),
+			mk("xlb", "lossless", 0.5e6, 1), mk("xlb-ct", "lossless", tc.ctPPS, 2)}
+		if extra, ok := ExtraFaults(cs); !ok || extra != tc.extra {
+			t.Errorf("%s: ExtraFaults = %d, %v; want %d, true", tc.name, extra, ok, tc.extra)
+		}
+		got := map[string]report.Target{}
+		for _, tg := range b.targets(cs) {
+			got[tg.Name] = tg
+		}
+		ratio, ok := got["xlb-ct / xlb, lossless pps, 64 B"]
+		if !ok || math.Abs(ratio.Measured-tc.ctPPS/0.5e6) > 1e-9 || ratio.Met != tc.ratioMet {
+			t.Errorf("%s: ratio target %+v (present %v)", tc.name, ratio, ok)
+		}
+		flt, ok := got["xlb-ct worker page faults beyond xlb's, from the first frame (warm-up included)"]
+		if !ok || flt.Measured != float64(tc.extra) || flt.Met != tc.faultsMet {
+			t.Errorf("%s: faults target %+v (present %v)", tc.name, flt, ok)
+		}
+	}
+	// Without the warm-up of both, nothing is compared.
+	if _, ok := ExtraFaults([]Case{mk("xlb-ct", "warm", 1, 50), mk("xlb", "full", 1, 0)}); ok {
+		t.Error("ExtraFaults compared without xlb's warm-up")
+	}
+}
+
+// TestFaultsBetween: the process's faults are summed over threads (a
+// thread made meanwhile counts from zero), the busiest thread's are its own.
+func TestFaultsBetween(t *testing.T) {
+	a := map[string]threadStat{"1": {cpu: 10, faults: 100}, "2": {cpu: 5, faults: 7}}
+	b := map[string]threadStat{"1": {cpu: 20, faults: 103}, "2": {cpu: 900, faults: 9}, "3": {cpu: 1, faults: 4}}
+	if p, w := faultsBetween(a, b); p != 3+2+4 || w != 2 {
+		t.Errorf("faultsBetween = %d, %d; want 9, 2", p, w)
+	}
+	// This process: reading /proc works and the counts only grow.
+	s := threadStats(os.Getpid())
+	if len(s) == 0 {
+		t.Fatal("no threads read from /proc/self")
+	}
+	if p, _ := faultsBetween(s, threadStats(os.Getpid())); p > 1<<20 {
+		t.Errorf("%d faults between two reads", p)
+	}
+}
