@@ -387,7 +387,8 @@ func TestTrackedTargets(t *testing.T) {
 		faultsMet     bool
 	}{
 		{"populated", 0.46e6, 1, 6, true, 1 + 2 - 6 - 1, true},
-		{"first-touch faults", 0.3e6, 40, 6, false, 40 + 2 - 6 - 1, false},
+		{"first-touch faults", 0.3e6, 140, 6, false, 140 + 2 - 6 - 1, false},
+		{"noise", 0.45e6, 30, 0, true, 30 + 2 - 0 - 1, true},
 	} {
 		cs := []Case{mk("xlb", "warm", 0.8e6, tc.xWarm), mk("xlb-ct", "warm", 0.8e6, tc.ctWarm),
 			mk("xlb", "lossless", 0.5e6, 1), mk("xlb-ct", "lossless", tc.ctPPS, 2)}

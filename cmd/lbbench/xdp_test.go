@@ -58,8 +58,9 @@ func checkLoss(t *testing.T, prefix string, cases []xdp.Case) {
 // checkFaults fails t if xlb-ct's worker took more page faults than xlb's,
 // from its first frame on (xdp.ExtraFaults): xlb populates its conntrack
 // table at start, and one not populated costs the worker a fault per page
-// as the first flows land there (32 huge pages in the bench: the stalls
-// that cost xlb-ct 12-15 % of its frames). A count, not a time, of two
+// as the first flows land there (128 huge pages in the bench, each a stall
+// of up to milliseconds: unpopulated, xlb-ct lost every frame of its
+// warm-up in one run). A count, not a time, of two
 // variants of one process in one run: a loaded machine does not move it,
 // where a loss or rate comparison between them would flake (quick runs of
 // the same code have shown xlb-ct from 0.4x to 1.4x xlb's lossless rate).
@@ -164,6 +165,9 @@ func TestXDPQuickJSON(t *testing.T) {
 		}
 	}
 	for _, c := range data.Cases {
+		if c.Load == "warm" {
+			continue // the first frames, at full speed: for checkFaults
+		}
 		if c.Sent == 0 || c.Forwarded == 0 {
 			t.Errorf("%s %d B %s: sent %d, forwarded %d", c.Variant, c.Size, c.Load, c.Sent, c.Forwarded)
 			continue
