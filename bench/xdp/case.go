@@ -85,7 +85,8 @@ type Case struct {
 	// Middle are the forwarder's own counters over the case.
 	Middle map[string]uint64 `json:"middle_counters,omitempty"`
 	// MiddleFaults are the page faults the forwarder's process took over
-	// the case, WorkerFaults those of its busiest thread (the worker);
+	// the case (Load "lossless": over the whole search, its trials and
+	// checks), WorkerFaults those of its busiest thread (the worker);
 	// both only for xlb. A worker whose memory was populated at start
 	// takes none while it forwards.
 	MiddleFaults uint64 `json:"middle_page_faults"`

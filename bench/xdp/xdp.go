@@ -564,9 +564,13 @@ type runFunc func(load string, rate float64, d time.Duration) (Case, error)
 
 // searchRate is search's algorithm over run; full is the full-load case.
 func searchRate(cfg *Config, full Case, run runFunc, progress *report.Progress) (Case, error) {
+	// The result carries the page faults of every run of the search (none
+	// when it is the full-load case itself).
+	var faults, workerFaults uint64
 	if full.Loss <= cfg.LossMax && full.Sent > 0 {
 		c := full
 		c.Load, c.RatePPS, c.GenLimited = "lossless", full.SentPPS, true
+		c.MiddleFaults, c.WorkerFaults = 0, 0
 		progress.Add(cfg.Trials + 1)
 		return c, nil
 	}
@@ -574,8 +578,16 @@ func searchRate(cfg *Config, full Case, run runFunc, progress *report.Progress) 
 	if top <= 0 {
 		c := full
 		c.Load = "lossless"
+		c.MiddleFaults, c.WorkerFaults = 0, 0
 		progress.Add(cfg.Trials + 1)
 		return c, nil
+	}
+	inner := run
+	run = func(load string, rate float64, d time.Duration) (Case, error) {
+		c, err := inner(load, rate, d)
+		faults += c.MiddleFaults
+		workerFaults += c.WorkerFaults
+		return c, err
 	}
 	r := min(full.FwdPPS, top)
 	if r <= 0 {
@@ -667,6 +679,7 @@ func searchRate(cfg *Config, full Case, run runFunc, progress *report.Progress) 
 	}
 	progress.Add(1)
 	c.Trials, c.Checks = trials, checks
+	c.MiddleFaults, c.WorkerFaults = faults, workerFaults
 	// Never failed, up to what the generator sends.
 	c.GenLimited = passed && math.IsInf(hi, 1) && lo >= top
 	return c, nil

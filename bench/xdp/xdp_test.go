@@ -98,7 +98,7 @@ type model struct {
 
 func (m *model) run(load string, rate float64, d time.Duration) (Case, error) {
 	m.runs = append(m.runs, load)
-	c := Case{Load: load, RatePPS: rate, SentPPS: rate, FwdPPS: rate, Sent: uint64(rate * d.Seconds())}
+	c := Case{Load: load, RatePPS: rate, SentPPS: rate, FwdPPS: rate, Sent: uint64(rate * d.Seconds()), MiddleFaults: 2, WorkerFaults: 1}
 	if rate > m.capacity {
 		c.FwdPPS = m.livelock * m.capacity
 	}
@@ -146,13 +146,17 @@ func TestSearchRate(t *testing.T) {
 	if len(c.Checks) != 1 || !c.Checks[0].Pass || c.Checks[0].RatePPS != c.RatePPS {
 		t.Errorf("checks %+v", c.Checks)
 	}
+	// Page faults: those of every run of the search, trials and checks.
+	if c.WorkerFaults != uint64(len(m.runs)) || c.MiddleFaults != 2*uint64(len(m.runs)) {
+		t.Errorf("faults %d (worker %d) over %d runs, want 2 (1) a run", c.MiddleFaults, c.WorkerFaults, len(m.runs))
+	}
 	if !c.Trials[0].Pass || c.Trials[0].RatePPS != 0.6*m.capacity {
 		t.Errorf("first trial %+v, want a pass at the full-load forwarded rate", c.Trials[0])
 	}
 
 	// Nothing lost at full speed: the generator is the limit; no trials.
 	m = &model{capacity: 2e6, livelock: 1}
-	if c, _ = searchRate(&cfg, full(m, 700e3), m.run, nil); !c.GenLimited || c.RatePPS != 700e3 || len(m.runs) != 0 {
+	if c, _ = searchRate(&cfg, full(m, 700e3), m.run, nil); !c.GenLimited || c.RatePPS != 700e3 || len(m.runs) != 0 || c.WorkerFaults != 0 {
 		t.Errorf("generator-limited: %+v, runs %v", c, m.runs)
 	}
 
