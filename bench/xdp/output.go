@@ -316,7 +316,7 @@ func (b *bench) methodNotes(rs []Case) []string {
 		fmt.Sprintf("First frames: a short full-speed run per variant before its cases warms the rings and, for xlb-ct, inserts the flows (xlb's conntrack table holds %d entries, %d MiB). "+
 			"It is kept in the JSON (load \"warm\"), with every case's page faults of the xlb process and of its busiest thread, the worker (middle_page_faults, worker_page_faults, /proc/PID/task/*/stat). "+
 			"xlb populates its table at start (huge pages, every page faulted in before the first packet), so xlb-ct's first inserts cost the worker no faults; a table left unpopulated costs it a fault, "+
-			"a 2 MiB page zeroed (0.1 ms, or 2-6 ms on a virtual machine whose host backs memory on first touch), as the first flows land on each page, while its rings overflow. "+
+			"a 2 MiB page zeroed (0.1 ms, or 2-8 ms on a virtual machine whose host backs memory on first touch), as the first flows land on each page, while its rings overflow. "+
 			"The target on the worker's faults after its own first frames (xlb's warm-up) is the check that this stays so.",
 			benchCTCapacity, benchCTCapacity*64>>20),
 		"sent = frames the kernel completed from the generator's TX ring; fwd = frames of the case that came back to the generator's socket (the sink's XDP program redirects UDP to the bench ports there), counted by destination MAC; loss = 1 - fwd/sent. " +
