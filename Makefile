@@ -3,7 +3,7 @@ GO        ?= go
 STATICCHECK_VERSION := v0.8.2
 PKGS      := ./...
 
-.PHONY: all build test test-short e2e bench lbbench gobench lint demo demo-sim fuzz clean
+.PHONY: all build test test-short e2e bench lbbench gobench lint demo demo-fleet demo-sim fuzz clean
 
 all: build
 
@@ -70,6 +70,13 @@ lint:
 # script builds what it runs and says so when it is not root.
 demo:
 	@./scripts/demo.sh
+
+# A fleet on this machine: a router (BIRD 2) spreading clients over three
+# xlb instances that announce the VIPs over BGP; connections spread, then
+# kill -9 of one instance and a drain of another under 300 long-lived
+# connections, with what survived. Needs root and BIRD 2.
+demo-fleet:
+	@./scripts/demo-fleet.sh
 
 # The demo scenario replayed through the real engine (`xlb sim`): no root.
 demo-sim: build

@@ -111,11 +111,16 @@ type Table struct {
 	fpMask  uint32 // fpMaskAll; tests narrow it to force fingerprint collisions
 	seed    [6]uint64
 	stats   []stripe
+	mem     Memory
+	mapping []byte // the buckets' own mapping (nil on the Go heap), for Lock
+	unmap   func() // tests: unmap now, not when collected (nil on the Go heap)
 }
 
 // New returns an empty table holding at least capacity entries: the
 // capacity is rounded up to a power of two (of 8-entry buckets). It costs 64
-// bytes per entry, allocated at once. It fails with ErrCapacity outside
+// bytes per entry, allocated at once and populated (every page faulted in
+// now, huge pages where THP allows, so that no worker takes a first-touch
+// fault later); Lock keeps it resident. It fails with ErrCapacity outside
 // [MinCapacity, MaxCapacity].
 func New(capacity int) (*Table, error) {
 	if capacity < MinCapacity || capacity > MaxCapacity {

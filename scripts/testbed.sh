@@ -79,9 +79,14 @@
 #   BGP (AS 65010) to the router (10.97.0.1, AS 65000). The router (MACs
 #   02:97:00:00:00:01, 02:98:00:00:01:00) forwards, runs BIRD with
 #   scripts/bird/bird.conf plus one session per instance, and installs what
-#   the instances announce as ECMP routes (merge paths) hashed on layer 4
-#   (fib_multipath_hash_policy=1, both families). Clients route everything
-#   via the router; backends send their replies (DSR) to the router too. Its
+#   the instances announce as ECMP routes (merge paths) hashed on layer 4:
+#   fib_multipath_hash_policy=3 with fib_multipath_hash_fields=0x37
+#   (addresses, protocol, ports), both families. Not policy 1: it takes the
+#   hash the client's socket left in the skb, which veths carry across
+#   namespaces (a wire never does), and TCP changes it at every
+#   retransmission timeout: flows would hop between instances as no real
+#   router makes them. Clients route everything via the router; backends
+#   send their replies (DSR) to the router too. Its
 #   control socket is $RUN/bird.ctl (birdc -s), its log $RUN/bird.log.
 #
 # start-server starts backend I's server again (after a test killed it),
@@ -233,7 +238,8 @@ router() {
 	ensure_ns "$ns"
 	ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 \
 		net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.default.send_redirects=0 \
-		net.ipv4.fib_multipath_hash_policy=1 net.ipv6.fib_multipath_hash_policy=1
+		net.ipv4.fib_multipath_hash_policy=3 net.ipv6.fib_multipath_hash_policy=3 \
+		net.ipv4.fib_multipath_hash_fields=55 net.ipv6.fib_multipath_hash_fields=55
 	veth "$ns" "$PREFIX-reth" "$PREFIX-rsw" "$RMACB" 1
 	veth "$ns" "$PREFIX-rceth" "$PREFIX-rcsw" "$RMACC" 1 "$PREFIX-cbr"
 	ip -n "$ns" addr replace "$R4B/24" dev "$PREFIX-reth"

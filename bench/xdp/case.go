@@ -84,6 +84,13 @@ type Case struct {
 	SocketTook    uint64 `json:"socket_took,omitempty"`
 	// Middle are the forwarder's own counters over the case.
 	Middle map[string]uint64 `json:"middle_counters,omitempty"`
+	// MiddleFaults are the page faults the forwarder's process took over
+	// the case (Load "lossless": over the whole search, its trials and
+	// checks), WorkerFaults those of its busiest thread (the worker);
+	// both only for xlb. A worker whose memory was populated at start
+	// takes none while it forwards.
+	MiddleFaults uint64 `json:"middle_page_faults"`
+	WorkerFaults uint64 `json:"worker_page_faults"`
 	// CPUBusy is each CPU's busy fraction over the case (/proc/stat: the
 	// whole machine, other processes included).
 	CPUBusy []float64 `json:"cpu_busy"`
@@ -185,6 +192,10 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 	if f.counters != nil {
 		mid0 = f.counters()
 	}
+	var thr0 map[string]threadStat
+	if f.threads != nil {
+		thr0 = f.threads()
+	}
 	kern0, drops0, cpu0 := b.kernelCPU(), b.drops(), readCPUTimes()
 	start := time.Now()
 	// After a stall the generator sends at most a quarter of the middle's
@@ -206,6 +217,10 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 	if f.userCPU != nil {
 		user = f.userCPU() - user0
 	}
+	var faults, workerFaults uint64
+	if f.threads != nil {
+		faults, workerFaults = faultsBetween(thr0, f.threads())
+	}
 	if err := f.alive(); err != nil {
 		return Case{}, err
 	}
@@ -223,7 +238,8 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 
 	r := Case{Variant: v.name, Size: size, Load: load, RatePPS: rate, Duration: d.Seconds(), SinkOnMiddle: b.sinkOnMiddle,
 		Sent: res.Sent, Forwarded: ctr.Frames, PerBackend: ctr.PerBackend, Other: ctr.Other,
-		GenCPU: res.ThreadCPU.Seconds(), Middle: middle, XDPRedirected: middle[f.redirKey], SocketTook: middle[f.tookKey], CPUBusy: busyFrac(cpu0, cpu1), latency: ctr.Latency}
+		GenCPU: res.ThreadCPU.Seconds(), Middle: middle, XDPRedirected: middle[f.redirKey], SocketTook: middle[f.tookKey], CPUBusy: busyFrac(cpu0, cpu1), latency: ctr.Latency,
+		MiddleFaults: faults, WorkerFaults: workerFaults}
 	secs := d.Seconds()
 	r.Stamped, r.GenSkipped = res.Stamped, res.Skipped
 	r.GenStalls, r.GenStallMS, r.GenMaxGapUS = res.Stalls, float64(res.StallTime)/1e6, float64(res.MaxGap)/1e3

@@ -167,3 +167,63 @@ func setSlice(pid, nice int, slice time.Duration) error {
 	return unix.SchedSetAttr(pid, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_NORMAL,
 		Nice: int32(nice), Runtime: uint64(slice)}, 0)
 }
+
+// taskFaults is the page faults (minor and major) task dir has taken, from
+// /proc/PID/stat.
+func taskFaults(dir string) (uint64, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 10 {
+		return 0, false
+	}
+	minflt, _ := strconv.ParseUint(f[7], 10, 64)
+	majflt, _ := strconv.ParseUint(f[9], 10, 64)
+	return minflt + majflt, true
+}
+
+// threadStat is one thread's CPU time and page faults so far.
+type threadStat struct {
+	cpu    time.Duration
+	faults uint64
+}
+
+// threadStats reads every thread of process pid, by thread id.
+func threadStats(pid int) map[string]threadStat {
+	base := "/proc/" + strconv.Itoa(pid) + "/task"
+	ents, err := os.ReadDir(base)
+	if err != nil {
+		return nil
+	}
+	m := map[string]threadStat{}
+	for _, e := range ents {
+		dir := filepath.Join(base, e.Name())
+		cpu, _ := taskCPU(dir)
+		flt, _ := taskFaults(dir)
+		m[e.Name()] = threadStat{cpu, flt}
+	}
+	return m
+}
+
+// faultsBetween returns the page faults of the whole process between two
+// threadStats and those of its busiest thread over that time (the
+// forwarder's worker, when it forwarded anything).
+func faultsBetween(a, b map[string]threadStat) (process, busiest uint64) {
+	var most time.Duration = -1
+	for tid, s1 := range b {
+		s0 := a[tid] // zero for a thread made meanwhile
+		f := s1.faults - min(s0.faults, s1.faults)
+		process += f
+		if cpu := s1.cpu - s0.cpu; cpu > most {
+			most, busiest = cpu, f
+		}
+	}
+	return process, busiest
+}

@@ -36,6 +36,9 @@ type forwarder struct {
 	// counters are the forwarder's own counters (cumulative, by name;
 	// nil: none), diffed per case into the report's data.
 	counters func() map[string]uint64
+	// threads are its user-space threads' CPU time and page faults so
+	// far (nil: not a process of its own), diffed per case.
+	threads func() map[string]threadStat
 	// redirKey and tookKey name, for an AF_XDP forwarder, the counters of
 	// frames its XDP program redirected to its sockets and of frames its
 	// workers took from them.
@@ -108,6 +111,7 @@ func (b *bench) xlbForwarder(want map[string]bool) *forwarder {
 	f.userCPU = func() time.Duration { return processCPU(p.pid()) }
 	f.alive = func() error { return p.alive() }
 	f.counters = func() map[string]uint64 { return p.counters() }
+	f.threads = func() map[string]threadStat { return threadStats(p.pid()) }
 	return f
 }
 

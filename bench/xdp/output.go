@@ -194,6 +194,19 @@ func (b *bench) targets(rs []Case) []report.Target {
 				Want: ">= 2x", Measured: v, Unit: "x", Met: v >= 2})
 		}
 	}
+	// Tracking costs tens of ns a packet in the engine, next to ~2.5 µs of
+	// AF_XDP path on veth: the tracked variant forwards within 10 % of the
+	// untracked one, unless its worker stalls (first-touch page faults in
+	// the conntrack table did, before it was populated at start).
+	if ct, x := find(rs, "xlb-ct", small, "lossless"), find(rs, "xlb", small, "lossless"); ct != nil && x != nil && x.SentPPS > 0 {
+		v := ct.SentPPS / x.SentPPS
+		ts = append(ts, report.Target{Name: fmt.Sprintf("xlb-ct / xlb, lossless pps, %d B", small),
+			Want: ">= 0.9x", Measured: v, Unit: "x", Met: v >= 0.9})
+	}
+	if n, ok := WorkerFaults(rs); ok {
+		ts = append(ts, report.Target{Name: "page faults of xlb's worker over the xlb and xlb-ct cases, its first frames excepted",
+			Want: fmt.Sprintf("<= %d", FaultSlack), Measured: float64(n), Unit: "faults", Met: n <= FaultSlack})
+	}
 	for _, x := range []string{"xlb", "xlb-ct"} {
 		for _, size := range b.cfg.Sizes {
 			hc := find(rs, x, size, "half")
@@ -214,6 +227,35 @@ func (b *bench) targets(rs []Case) []report.Target {
 		}
 	}
 	return ts
+}
+
+// FaultSlack is how many page faults xlb's worker may take over the
+// cases of both variants once its own first frames are behind it
+// (WorkerFaults). Populated at start, the conntrack table costs it none:
+// 1-5 in all were seen (the Go runtime, the kernel). Unpopulated, each of
+// the bench table's 128 huge pages costs one as xlb-ct's first flows land
+// on it (one per 4 KiB page without THP): 128 or more, spread over
+// xlb-ct's warm-up and the case after it (the worker, stalled, is still
+// working off xlb-ct's frames there).
+const FaultSlack = 32
+
+// WorkerFaults is the page faults xlb's worker took over every case of xlb
+// and xlb-ct but xlb's warm-up, which runs first and carries the worker's
+// own first frames (its buffers first touched: 4-9 faults); ok false
+// without xlb-ct's warm-up. It counts faults, not time, so a loaded machine
+// does not move it: it is the check (lbbench's CI smoke, cmd/lbbench's
+// tests) that the conntrack table stays populated at start, so that
+// xlb-ct's first inserts cost the worker nothing more than xlb's packets.
+func WorkerFaults(rs []Case) (faults uint64, ok bool) {
+	for _, c := range rs {
+		switch {
+		case c.Variant == "xlb" && c.Load == "warm":
+		case c.Variant == "xlb" || c.Variant == "xlb-ct":
+			faults += c.WorkerFaults
+			ok = ok || c.Variant == "xlb-ct" && c.Load == "warm"
+		}
+	}
+	return faults, ok
 }
 
 func containsInt(s []int, v int) bool {
@@ -271,6 +313,12 @@ func (b *bench) methodNotes(rs []Case) []string {
 			"A forwarder that loses nothing at full speed keeps up with the generator, and its rate is shown as \">=\" (the instrument's limit, not the forwarder's). "+
 			"The ratios and throughput targets use these rates; the full-load table measures something else worth knowing, the behaviour at overload (an AF_XDP path's kernel side copies frames its worker then has no time for, receive livelock, so it may forward less than at its lossless rate).",
 			spacing(b.cfg.Coalesce), b.cfg.Trial, report.G(100*b.cfg.LossMax), report.G(100*b.cfg.Resolution), b.cfg.Trials, smallLoss, b.cfg.Duration),
+		fmt.Sprintf("First frames: a short full-speed run per variant before its cases warms the rings and, for xlb-ct, inserts the flows (xlb's conntrack table holds %d entries, %d MiB). "+
+			"It is kept in the JSON (load \"warm\"), with every case's page faults of the xlb process and of its busiest thread, the worker (middle_page_faults, worker_page_faults, /proc/PID/task/*/stat). "+
+			"xlb populates its table at start (huge pages, every page faulted in before the first packet), so xlb-ct's first inserts cost the worker no faults; a table left unpopulated costs it a fault, "+
+			"a 2 MiB page zeroed (0.1 ms, or 2-8 ms on a virtual machine whose host backs memory on first touch), as the first flows land on each page, while its rings overflow. "+
+			"The target on the worker's faults after its own first frames (xlb's warm-up) is the check that this stays so.",
+			benchCTCapacity, benchCTCapacity*64>>20),
 		"sent = frames the kernel completed from the generator's TX ring; fwd = frames of the case that came back to the generator's socket (the sink's XDP program redirects UDP to the bench ports there), counted by destination MAC; loss = 1 - fwd/sent. " +
 			"drop in = the middle's veth ring was full or its XDP redirect failed (an AF_XDP socket's ring full: the middle hop too slow); drop out = the generator's veth ring was full or XDP_TX failed on the way back (the return path too slow); drop sink = the sink socket's ring was full; drop mid = the rest (lost inside the middle hop, e.g. its AF_XDP TX ring full; its own counters are in the JSON). " +
 			"out = fwd + drop out: what the middle hop sent on; its CPU figures are per frame sent on, so a forwarder faster than the generator's side can absorb is not charged for frames lost after it.",

@@ -431,12 +431,17 @@ func (b *bench) measureForwarder(ctx context.Context, f *forwarder) (_ []Case, e
 	// A short run per variant to warm caches, the rings and the tables
 	// before measuring: a tracked variant's flows are then established,
 	// as in a steady state (new flows are lbbench core's business).
+	// They are the first frames each variant's worker sees, so they are
+	// kept (Load "warm"): what xlb-ct's first inserts cost (page faults,
+	// loss) is there.
+	var out []Case
 	for _, v := range f.variants {
-		if _, err := b.runCase(ctx, f, v, b.cfg.Sizes[0], "warm", 0, min(b.cfg.Duration/2, 200*time.Millisecond)); err != nil {
+		c, err := b.runCase(ctx, f, v, b.cfg.Sizes[0], "warm", 0, min(b.cfg.Duration/2, 200*time.Millisecond))
+		if err != nil {
 			return nil, err
 		}
+		out = append(out, c)
 	}
-	var out []Case
 	rates := map[[2]int]float64{} // by variant index and size
 	for vi, v := range f.variants {
 		for _, size := range b.cfg.Sizes {
@@ -559,9 +564,13 @@ type runFunc func(load string, rate float64, d time.Duration) (Case, error)
 
 // searchRate is search's algorithm over run; full is the full-load case.
 func searchRate(cfg *Config, full Case, run runFunc, progress *report.Progress) (Case, error) {
+	// The result carries the page faults of every run of the search (none
+	// when it is the full-load case itself).
+	var faults, workerFaults uint64
 	if full.Loss <= cfg.LossMax && full.Sent > 0 {
 		c := full
 		c.Load, c.RatePPS, c.GenLimited = "lossless", full.SentPPS, true
+		c.MiddleFaults, c.WorkerFaults = 0, 0
 		progress.Add(cfg.Trials + 1)
 		return c, nil
 	}
@@ -569,8 +578,16 @@ func searchRate(cfg *Config, full Case, run runFunc, progress *report.Progress) 
 	if top <= 0 {
 		c := full
 		c.Load = "lossless"
+		c.MiddleFaults, c.WorkerFaults = 0, 0
 		progress.Add(cfg.Trials + 1)
 		return c, nil
+	}
+	inner := run
+	run = func(load string, rate float64, d time.Duration) (Case, error) {
+		c, err := inner(load, rate, d)
+		faults += c.MiddleFaults
+		workerFaults += c.WorkerFaults
+		return c, err
 	}
 	r := min(full.FwdPPS, top)
 	if r <= 0 {
@@ -662,6 +679,7 @@ func searchRate(cfg *Config, full Case, run runFunc, progress *report.Progress) 
 	}
 	progress.Add(1)
 	c.Trials, c.Checks = trials, checks
+	c.MiddleFaults, c.WorkerFaults = faults, workerFaults
 	// Never failed, up to what the generator sends.
 	c.GenLimited = passed && math.IsInf(hi, 1) && lo >= top
 	return c, nil

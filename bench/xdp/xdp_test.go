@@ -98,7 +98,7 @@ type model struct {
 
 func (m *model) run(load string, rate float64, d time.Duration) (Case, error) {
 	m.runs = append(m.runs, load)
-	c := Case{Load: load, RatePPS: rate, SentPPS: rate, FwdPPS: rate, Sent: uint64(rate * d.Seconds())}
+	c := Case{Load: load, RatePPS: rate, SentPPS: rate, FwdPPS: rate, Sent: uint64(rate * d.Seconds()), MiddleFaults: 2, WorkerFaults: 1}
 	if rate > m.capacity {
 		c.FwdPPS = m.livelock * m.capacity
 	}
@@ -146,13 +146,17 @@ func TestSearchRate(t *testing.T) {
 	if len(c.Checks) != 1 || !c.Checks[0].Pass || c.Checks[0].RatePPS != c.RatePPS {
 		t.Errorf("checks %+v", c.Checks)
 	}
+	// Page faults: those of every run of the search, trials and checks.
+	if c.WorkerFaults != uint64(len(m.runs)) || c.MiddleFaults != 2*uint64(len(m.runs)) {
+		t.Errorf("faults %d (worker %d) over %d runs, want 2 (1) a run", c.MiddleFaults, c.WorkerFaults, len(m.runs))
+	}
 	if !c.Trials[0].Pass || c.Trials[0].RatePPS != 0.6*m.capacity {
 		t.Errorf("first trial %+v, want a pass at the full-load forwarded rate", c.Trials[0])
 	}
 
 	// Nothing lost at full speed: the generator is the limit; no trials.
 	m = &model{capacity: 2e6, livelock: 1}
-	if c, _ = searchRate(&cfg, full(m, 700e3), m.run, nil); !c.GenLimited || c.RatePPS != 700e3 || len(m.runs) != 0 {
+	if c, _ = searchRate(&cfg, full(m, 700e3), m.run, nil); !c.GenLimited || c.RatePPS != 700e3 || len(m.runs) != 0 || c.WorkerFaults != 0 {
 		t.Errorf("generator-limited: %+v, runs %v", c, m.runs)
 	}
 
@@ -364,5 +368,76 @@ func TestReportFromCases(t *testing.T) {
 	}
 	if _, err := json.Marshal(r); err != nil {
 		t.Fatalf("JSON: %v", err)
+	}
+}
+
+// TestTrackedTargets: xlb-ct's lossless rate against xlb's (>= 0.9x) and
+// the worker's page faults over both variants' cases but xlb's warm-up
+// (WorkerFaults, <= FaultSlack), as targets; the faults not without
+// xlb-ct's warm-up.
+func TestTrackedTargets(t *testing.T) {
+	b := &bench{cfg: Config{Sizes: []int{64}}, genCPU: 0, midCPU: 1}
+	if err := b.cfg.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(v, load string, pps float64, faults uint64) Case {
+		return Case{Variant: v, Size: 64, Load: load, SentPPS: pps, WorkerFaults: faults}
+	}
+	for _, tc := range []struct {
+		name          string
+		ctPPS         float64
+		ctWarm, xFull uint64 // the worker's faults in xlb-ct's warm-up and xlb's full-load case
+		ratioMet      bool
+		faults        uint64
+		faultsMet     bool
+	}{
+		{"populated", 0.46e6, 1, 3, true, 1 + 3 + 2, true},
+		// Unpopulated: the faults of xlb-ct's first inserts, some in the
+		// next case, xlb's, while the stalled worker catches up.
+		{"first-touch faults", 0.3e6, 98, 52, false, 98 + 52 + 2, false},
+	} {
+		cs := []Case{mk("xlb", "warm", 0.8e6, 9), mk("xlb-ct", "warm", 0.8e6, tc.ctWarm), mk("xlb", "full", 0.8e6, tc.xFull),
+			mk("xlb", "lossless", 0.5e6, 0), mk("xlb-ct", "lossless", tc.ctPPS, 2), mk("reflector", "warm", 1e6, 40)}
+		if n, ok := WorkerFaults(cs); !ok || n != tc.faults {
+			t.Errorf("%s: WorkerFaults = %d, %v; want %d, true", tc.name, n, ok, tc.faults)
+		}
+		got := map[string]report.Target{}
+		for _, tg := range b.targets(cs) {
+			got[tg.Name] = tg
+		}
+		ratio, ok := got["xlb-ct / xlb, lossless pps, 64 B"]
+		if !ok || math.Abs(ratio.Measured-tc.ctPPS/0.5e6) > 1e-9 || ratio.Met != tc.ratioMet {
+			t.Errorf("%s: ratio target %+v (present %v)", tc.name, ratio, ok)
+		}
+		flt, ok := got["page faults of xlb's worker over the xlb and xlb-ct cases, its first frames excepted"]
+		if !ok || flt.Measured != float64(tc.faults) || flt.Met != tc.faultsMet {
+			t.Errorf("%s: faults target %+v (present %v)", tc.name, flt, ok)
+		}
+	}
+	// xlb-ct alone: its warm-up counts (the worker's first frames with it).
+	if n, ok := WorkerFaults([]Case{mk("xlb-ct", "warm", 1, 7), mk("xlb-ct", "full", 1, 1)}); !ok || n != 8 {
+		t.Errorf("xlb-ct alone: WorkerFaults = %d, %v; want 8, true", n, ok)
+	}
+	// Without xlb-ct's warm-up, nothing is checked.
+	if _, ok := WorkerFaults([]Case{mk("xlb", "warm", 1, 50), mk("xlb", "full", 1, 0)}); ok {
+		t.Error("WorkerFaults checked without xlb-ct's warm-up")
+	}
+}
+
+// TestFaultsBetween: the process's faults are summed over threads (a
+// thread made meanwhile counts from zero), the busiest thread's are its own.
+func TestFaultsBetween(t *testing.T) {
+	a := map[string]threadStat{"1": {cpu: 10, faults: 100}, "2": {cpu: 5, faults: 7}}
+	b := map[string]threadStat{"1": {cpu: 20, faults: 103}, "2": {cpu: 900, faults: 9}, "3": {cpu: 1, faults: 4}}
+	if p, w := faultsBetween(a, b); p != 3+2+4 || w != 2 {
+		t.Errorf("faultsBetween = %d, %d; want 9, 2", p, w)
+	}
+	// This process: reading /proc works and the counts only grow.
+	s := threadStats(os.Getpid())
+	if len(s) == 0 {
+		t.Fatal("no threads read from /proc/self")
+	}
+	if p, _ := faultsBetween(s, threadStats(os.Getpid())); p > 1<<20 {
+		t.Errorf("%d faults between two reads", p)
 	}
 }

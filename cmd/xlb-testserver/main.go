@@ -4,10 +4,11 @@
 // and echoes UDP datagrams prefixed with its name, replying from the address
 // each datagram was sent to so that a VIP held on lo stays the source (DSR).
 //
-// Two helper subcommands serve the same bed: `probe` plays the client and
-// counts which backend answered, and `offload-off` turns off checksum and
-// segmentation offloads on a veth, so that frames an XDP program sees carry
-// complete checksums and fit the MTU.
+// Three helper subcommands serve the same bed: `probe` plays the client and
+// counts which backend answered, `hold` keeps long-lived connections and a
+// stream of new ones and reports what broke, and `offload-off` turns off
+// checksum and segmentation offloads on a veth, so that frames an XDP
+// program sees carry complete checksums and fit the MTU.
 package main
 
 import (
@@ -28,6 +29,11 @@ const usage = `usage:
   xlb-testserver probe [--tcp ADDR:PORT] [--udp ADDR:PORT] [-n N] [--parallel P] [--timeout D]
       open N new connections (and N UDP exchanges, each from a new port) and print
       "PROTO BACKEND COUNT" lines, then "PROTO errors COUNT"; exit 1 on any error
+  xlb-testserver hold --tcp ADDR:PORT[,...] [-n N] [--interval D] [--new-interval D]
+      keep N long-lived HTTP connections asking every D (default 300, 100ms) and open a
+      new connection every --new-interval (default 20ms, 0: none); SIGUSR1 prints what
+      happened since the last report (broken and moved connections, failed new ones and
+      for how long they failed) and starts a new phase; SIGINT or SIGTERM prints and ends
   xlb-testserver offload-off IFACE...
       turn off tx checksum, scatter-gather, TSO and GSO on the interfaces of the
       current network namespace
@@ -51,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdServe(args)
 	case "probe":
 		err = cmdProbe(args, stdout)
+	case "hold":
+		err = cmdHold(args, stdout)
 	case "offload-off":
 		err = cmdOffloadOff(args)
 	case "help":

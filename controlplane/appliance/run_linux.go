@@ -195,6 +195,18 @@ func (s *stack) neighbours() error {
 	if err != nil {
 		return fmt.Errorf("conntrack: %w", err)
 	}
+	// New faulted in every page of the table (huge pages where THP
+	// allows), so that no worker pays a first-touch fault in its packet
+	// loop; locked, it is never swapped out either. A lock refused is a
+	// warning: the table works as well until memory runs short.
+	lockErr := ct.Lock()
+	m := ct.Memory()
+	s.log.Info("conntrack table populated", zap.Int("entries", ct.Capacity()), zap.Int("mib", m.Bytes>>20),
+		zap.String("how", m.Populate), zap.Bool("huge_page_advice", m.HugeAdvice),
+		zap.Duration("took", m.PopulateTime), zap.Bool("locked", m.Locked))
+	if lockErr != nil {
+		s.log.Warn("conntrack table not locked in memory: it may be swapped out", zap.Error(lockErr))
+	}
 	s.ct, s.engine = ct, dataplane.NewEngine(ct)
 	res, err := neigh.New(s.cfg.Dataplane.Interface, s.base.Named("neigh")) // it names the interface itself
 	if err != nil {

@@ -309,7 +309,8 @@ func testForwardsThenDetaches(t *testing.T, mode string) {
 	}
 	logs := p.stderr.String()
 	for _, want := range []string{`"xlb running"`, `"XDP program detached"`, `"bind_modes"`, `"vips":["10.201.1.1"]`,
-		`"health checks started"`, `"health checks stopped"`} {
+		`"health checks started"`, `"health checks stopped"`,
+		`"conntrack table populated"`} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %s", want)
 		}

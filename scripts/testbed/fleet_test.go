@@ -53,7 +53,8 @@ func TestFleetBed(t *testing.T) {
 		}
 		for key, want := range map[string]string{
 			"net.ipv4.ip_forward": "1", "net.ipv6.conf.all.forwarding": "1",
-			"net.ipv4.fib_multipath_hash_policy": "1", "net.ipv6.fib_multipath_hash_policy": "1",
+			"net.ipv4.fib_multipath_hash_policy": "3", "net.ipv6.fib_multipath_hash_policy": "3",
+			"net.ipv4.fib_multipath_hash_fields": "55", "net.ipv6.fib_multipath_hash_fields": "55",
 		} {
 			if got := sysctl(t, b.Router.NS, key); got != want {
 				t.Errorf("router: %s = %s, want %s", key, got, want)
