@@ -27,8 +27,14 @@ type healthFeed struct {
 // the backend sees one prober, and the services one verdict. The key, the
 // check's name and the address, stays the same across reloads.
 func healthTargets(cfg *config.Config) ([]healthcheck.Target, map[string][]healthFeed) {
-	var targets []healthcheck.Target
-	feeds := map[string][]healthFeed{}
+	n := 0
+	for _, s := range cfg.Services {
+		for _, g := range s.Groups {
+			n += len(g.Endpoints)
+		}
+	}
+	targets := make([]healthcheck.Target, 0, n)
+	feeds := make(map[string][]healthFeed, n)
 	for _, s := range cfg.Services {
 		if s.HealthCheck < 0 || s.HealthCheck >= len(cfg.HealthChecks) {
 			continue // a validated config has none such

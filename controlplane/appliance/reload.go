@@ -188,8 +188,8 @@ func restartNeeded(old, cfg *config.Config) error {
 
 // configVIPs lists the VIPs of the forwarding rules, each once.
 func configVIPs(cfg *config.Config) []netip.Addr {
-	var vips []netip.Addr
-	seen := map[netip.Addr]bool{}
+	vips := make([]netip.Addr, 0, len(cfg.Rules))
+	seen := make(map[netip.Addr]bool, len(cfg.Rules))
 	for _, r := range cfg.Rules {
 		if !seen[r.VIP] {
 			seen[r.VIP] = true
