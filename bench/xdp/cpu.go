@@ -22,17 +22,8 @@ func taskCPU(dir string) (time.Duration, bool) {
 			}
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "stat"))
-	if err != nil {
-		return 0, false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
+	f, ok := statFields(dir)
+	if !ok || len(f) < 13 {
 		return 0, false
 	}
 	u, _ := strconv.ParseUint(f[11], 10, 64)
@@ -171,17 +162,8 @@ func setSlice(pid, nice int, slice time.Duration) error {
 // taskFaults is the page faults (minor and major) task dir has taken, from
 // /proc/PID/stat.
 func taskFaults(dir string) (uint64, bool) {
-	b, err := os.ReadFile(filepath.Join(dir, "stat"))
-	if err != nil {
-		return 0, false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 10 {
+	f, ok := statFields(dir)
+	if !ok || len(f) < 10 {
 		return 0, false
 	}
 	minflt, _ := strconv.ParseUint(f[7], 10, 64)
@@ -226,4 +208,19 @@ func faultsBetween(a, b map[string]threadStat) (process, busiest uint64) {
 		}
 	}
 	return process, busiest
+}
+
+// statFields are the fields of task dir's /proc stat after the command
+// name (which may hold spaces and parentheses): f[0] is the state.
+func statFields(dir string) ([]string, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		return nil, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil, false
+	}
+	return strings.Fields(s[i+1:]), true
 }

@@ -4,8 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"runtime/pprof"
 
 	"xlb/bench/control"
 	"xlb/bench/report"
@@ -57,17 +55,11 @@ func runControl(args []string, c *common, stderr io.Writer) (report.Report, erro
 	if targets >= 0 {
 		cfg.HealthTargets = targets
 	}
-	if cpuprofile != "" {
-		f, err := os.Create(cpuprofile)
-		if err != nil {
-			return report.Report{}, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return report.Report{}, err
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := startCPUProfile(cpuprofile)
+	if err != nil {
+		return report.Report{}, err
 	}
+	defer stop()
 	p := report.NewProgress(stderr, "control", control.Steps(cfg))
 	res, err := control.Run(cfg, p.Add)
 	p.Done()

@@ -42,17 +42,11 @@ func runMaglev(args []string, c *common, stderr io.Writer) (report.Report, error
 	}
 	cfg.Seed = seed
 
-	if cpuprofile != "" {
-		f, err := os.Create(cpuprofile)
-		if err != nil {
-			return report.Report{}, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return report.Report{}, err
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := startCPUProfile(cpuprofile)
+	if err != nil {
+		return report.Report{}, err
 	}
+	defer stop()
 
 	p := report.NewProgress(stderr, "maglev", maglevbench.Steps(cfg))
 	res, err := maglevbench.Run(cfg, p.Add)
@@ -61,4 +55,21 @@ func runMaglev(args []string, c *common, stderr io.Writer) (report.Report, error
 		return report.Report{}, err
 	}
 	return res.Report(), nil
+}
+
+// startCPUProfile writes a CPU profile of what follows to path ("" for
+// none) until the returned stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
