@@ -120,6 +120,16 @@ func diagnostics(b *testbed.Bed) string {
 	}
 
 	// TCP's view at both ends.
+	tcp := tcpCounters(b, "Tcp.ActiveOpens", "Tcp.PassiveOpens", "Tcp.AttemptFails", "Tcp.RetransSegs",
+		"Tcp.InErrs", "Tcp.OutRsts", "TcpExt.TCPSynRetrans", "TcpExt.TCPTimeouts",
+		"TcpExt.ListenOverflows", "TcpExt.ListenDrops", "TcpExt.TCPAbortOnData", "TcpExt.TCPAbortOnClose")
+	section("kernel TCP counters per namespace (/proc/net/snmp, netstat)", tcp)
+	return out.String()
+}
+
+// tcpCounters is one line per client and backend namespace of b with the
+// kernel's counters named by keys ("Tcp.RetransSegs", "TcpExt.TCPTimeouts").
+func tcpCounters(b *testbed.Bed, keys ...string) string {
 	hosts := append([]testbed.Host(nil), b.Clients...)
 	for _, be := range b.Backends {
 		hosts = append(hosts, be.Host)
@@ -133,15 +143,12 @@ func diagnostics(b *testbed.Bed) string {
 		}
 		c := netCounters(o)
 		var kv []string
-		for _, k := range []string{"Tcp.ActiveOpens", "Tcp.PassiveOpens", "Tcp.AttemptFails", "Tcp.RetransSegs",
-			"Tcp.InErrs", "Tcp.OutRsts", "TcpExt.TCPSynRetrans", "TcpExt.TCPTimeouts",
-			"TcpExt.ListenOverflows", "TcpExt.ListenDrops", "TcpExt.TCPAbortOnData", "TcpExt.TCPAbortOnClose"} {
+		for _, k := range keys {
 			kv = append(kv, fmt.Sprintf("%s=%d", strings.TrimPrefix(k, "TcpExt."), c[k]))
 		}
 		fmt.Fprintf(&tcp, "%s: %s\n", h.Name, strings.Join(kv, " "))
 	}
-	section("kernel TCP counters per namespace (/proc/net/snmp, netstat)", tcp.String())
-	return out.String()
+	return tcp.String()
 }
 
 // netCounters reads /proc/net/snmp and /proc/net/netstat, pairs of header

@@ -467,26 +467,9 @@ func (f *fleet) diagnostics() string {
 			}
 		}
 	}
-	hosts := append([]testbed.Host(nil), f.bed.Clients...)
-	for _, be := range f.bed.Backends {
-		hosts = append(hosts, be.Host)
-	}
-	var tcp strings.Builder
-	for _, h := range hosts {
-		o, err := testbed.Exec(h.NS, "cat", "/proc/net/snmp", "/proc/net/netstat")
-		if err != nil {
-			fmt.Fprintf(&tcp, "%s: %v\n", h.Name, err)
-			continue
-		}
-		c := netCounters(o)
-		var kv []string
-		for _, k := range []string{"Tcp.ActiveOpens", "Tcp.PassiveOpens", "Tcp.AttemptFails", "Tcp.RetransSegs",
-			"Tcp.OutRsts", "Tcp.EstabResets", "TcpExt.TCPSynRetrans", "TcpExt.TCPTimeouts", "TcpExt.ListenOverflows"} {
-			kv = append(kv, fmt.Sprintf("%s=%d", strings.TrimPrefix(k, "TcpExt."), c[k]))
-		}
-		fmt.Fprintf(&tcp, "%s: %s\n", h.Name, strings.Join(kv, " "))
-	}
-	section("kernel TCP counters", tcp.String())
+	tcp := tcpCounters(f.bed, "Tcp.ActiveOpens", "Tcp.PassiveOpens", "Tcp.AttemptFails", "Tcp.RetransSegs",
+		"Tcp.OutRsts", "Tcp.EstabResets", "TcpExt.TCPSynRetrans", "TcpExt.TCPTimeouts", "TcpExt.ListenOverflows")
+	section("kernel TCP counters", tcp)
 	return out.String()
 }
 
