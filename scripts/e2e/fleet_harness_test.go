@@ -20,6 +20,7 @@ import (
 	"xlb/controlplane/explain"
 	"xlb/dataplane/craft"
 	"xlb/dataplane/packet"
+	"xlb/internal/syncbuf"
 	"xlb/scripts/testbed"
 )
 
@@ -184,7 +185,7 @@ func (f *fleet) writeConfig(t *testing.T, j int, neighbors string) {
 func (f *fleet) start(t *testing.T, j int) *xlbProc {
 	t.Helper()
 	in := f.bed.Instances[j]
-	p := &xlbProc{bed: f.bed, log: &syncBuffer{}, exited: make(chan struct{}),
+	p := &xlbProc{bed: f.bed, log: &syncbuf.Buffer{}, exited: make(chan struct{}),
 		cmd: exec.Command("ip", "netns", "exec", in.NS, xlbBin, "run", "-c", f.cfgs[j])}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"net/netip"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"xlb/internal/syncbuf"
 	"xlb/scripts/testbed"
 
 	"xlb/internal/nsx"
@@ -27,7 +27,7 @@ var adminAddr = netip.MustParseAddrPort("127.0.0.1:9110")
 type xlbProc struct {
 	bed    *testbed.Bed
 	cmd    *exec.Cmd
-	log    *syncBuffer
+	log    *syncbuf.Buffer
 	exited chan struct{}
 	err    error // Wait's, once exited is closed
 }
@@ -39,7 +39,7 @@ type xlbProc struct {
 // end of the test is killed, and a failed test gets xlb's log.
 func startXLB(t *testing.T, b *testbed.Bed, cfg string) *xlbProc {
 	t.Helper()
-	p := &xlbProc{bed: b, log: &syncBuffer{}, exited: make(chan struct{}),
+	p := &xlbProc{bed: b, log: &syncbuf.Buffer{}, exited: make(chan struct{}),
 		cmd: exec.Command("ip", "netns", "exec", b.LB.NS, xlbBin, "run", "-c", cfg)}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
@@ -225,22 +225,4 @@ func xdpAttached(t *testing.T, b *testbed.Bed) bool {
 		t.Fatalf("reading %s's XDP state: %v", b.LB.Iface, err)
 	}
 	return attached
-}
-
-// syncBuffer collects a process's output while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
