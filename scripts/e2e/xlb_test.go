@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
