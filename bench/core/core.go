@@ -38,6 +38,11 @@ type Options struct {
 	// LookupEntries is the table of the direct conntrack lookup case (0:
 	// not measured).
 	LookupEntries int
+	// CompareFlows are the live-flow counts (each one of Flows) at which a
+	// Go map hit, a conntrack hit and the engine per established-v4 packet
+	// are measured interleaved, CompareRounds rounds each (medians).
+	CompareFlows  []int
+	CompareRounds int
 	// Replay bounds the frames (distinct flows) a case replays; SizeReplay
 	// those of the frame-size cases.
 	Replay, SizeReplay int
@@ -64,10 +69,12 @@ type Progress interface {
 func Defaults(quick bool) Options {
 	if quick {
 		return Options{Workers: runtime.NumCPU(), Flows: []int{1_000, 10_000, 100_000},
-			Duration: 40 * time.Millisecond, LookupEntries: 100_000, Replay: 1 << 14, SizeReplay: 1 << 13, Quick: true}
+			Duration: 40 * time.Millisecond, LookupEntries: 100_000, Replay: 1 << 14, SizeReplay: 1 << 13, Quick: true,
+			CompareFlows: []int{1_000, 10_000}, CompareRounds: 3}
 	}
 	return Options{Workers: runtime.NumCPU(), Flows: []int{1_000, 10_000, 100_000, 1_000_000, 4_000_000},
-		Duration: 400 * time.Millisecond, LookupEntries: 1_000_000, Replay: fullReplay, SizeReplay: fullSizeReplay, Profile: true}
+		Duration: 400 * time.Millisecond, LookupEntries: 1_000_000, Replay: fullReplay, SizeReplay: fullSizeReplay, Profile: true,
+		CompareFlows: []int{1_000, 10_000, 100_000, 1_000_000}, CompareRounds: 5}
 }
 
 // Replay sizes of a full run: a sweep case replays up to fullReplay
@@ -131,6 +138,7 @@ type Result struct {
 	Prefills   []Prefill `json:"prefills"`
 	Cases      []Case    `json:"cases"`
 	Lookups    []Lookup  `json:"conntrack_lookups,omitempty"`
+	Compares   []Compare `json:"gomap_compare,omitempty"`
 	Profile    *Profile  `json:"profile,omitempty"`
 }
 
@@ -154,6 +162,7 @@ const (
 	stepCase
 	stepProfile
 	stepLookup
+	stepCompare
 )
 
 // workerCounts is the scaling sweep: every count up to 4, then powers of
@@ -197,6 +206,11 @@ func plan(o *Options) []step {
 	for _, f := range o.Flows {
 		steps = append(steps, step{kind: stepPrefill, flows: f})
 		r := replayFor(f, o.Replay)
+		if slices.Contains(o.CompareFlows, f) && o.CompareRounds > 0 {
+			// First, while the table holds the prefill's flows alone.
+			steps = append(steps, step{kind: stepCompare, flows: f,
+				c: caseKey{engine: true, mix: flows.EstablishedV4.Name, flows: f, workers: 1, size: smallFrame, frame: r}})
+		}
 		for _, m := range flows.Mixes() {
 			add(caseKey{engine: true, mix: m.Name, flows: f, workers: 1, size: smallFrame, frame: r})
 			if f != head {
@@ -294,6 +308,12 @@ func Run(o Options) (*Result, error) {
 			res.Cases = append(res.Cases, c)
 		case stepProfile:
 			res.Profile = profileCase(b, st.c, getSet, o)
+		case stepCompare:
+			c, err := measureCompare(b, st.flows, o.CompareRounds, st.c, getSet, o.Duration)
+			if err != nil {
+				return nil, fmt.Errorf("Go map comparison, %s flows: %w", count(st.flows), err)
+			}
+			res.Compares = append(res.Compares, c)
 		case stepLookup:
 			l, err := measureLookups(o.LookupEntries, o.Duration)
 			if err != nil {

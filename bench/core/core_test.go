@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"xlb/bench/flows"
-	"xlb/bench/report"
 )
 
 // TestRunSmall runs a small plan (two tables, two workers, short windows)
@@ -18,12 +17,13 @@ import (
 // agree with each other, and the share of new connections each mix asks
 // for — which shows the frames took the paths the mix names.
 func TestRunSmall(t *testing.T) {
-	o := Options{Workers: 2, Flows: []int{1_000, 20_000}, Duration: 20 * time.Millisecond, LookupEntries: 50_000, Replay: 4096, SizeReplay: 2048}
+	o := Options{Workers: 2, Flows: []int{1_000, 20_000}, Duration: 20 * time.Millisecond, LookupEntries: 50_000, Replay: 4096, SizeReplay: 2048,
+		CompareFlows: []int{1_000, 20_000}, CompareRounds: 3}
 	res, err := Run(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := Steps(o) - len(o.Flows) - 1; len(res.Cases) != want {
+	if want := Steps(o) - 2*len(o.Flows) - 1; len(res.Cases) != want {
 		t.Errorf("%d cases, want %d (the plan's)", len(res.Cases), want)
 	}
 	if res.Headline != 20_000 {
@@ -84,8 +84,22 @@ func TestRunSmall(t *testing.T) {
 		t.Errorf("lookups %+v", res.Lookups)
 	}
 
+	if len(res.Compares) != 2 {
+		t.Fatalf("%d Go map comparisons, want 2", len(res.Compares))
+	}
+	for i, c := range res.Compares {
+		if c.Flows != o.CompareFlows[i] || c.Keys < c.Flows*9/10 || c.Rounds != 3 || len(c.GoMapRounds) != 3 ||
+			len(c.ConntrackRounds) != 3 || len(c.EngineRounds) != 3 {
+			t.Errorf("comparison %+v", c)
+		}
+		if !(c.GoMapNs > 0) || !(c.ConntrackNs > 0) || !(c.EngineNs > 0) || c.Allocs != 0 {
+			t.Errorf("comparison at %d flows: Go map %.1f ns, conntrack %.1f ns, engine %.1f ns, %d allocs",
+				c.Flows, c.GoMapNs, c.ConntrackNs, c.EngineNs, c.Allocs)
+		}
+	}
+
 	r := res.Report()
-	if len(r.Tables) < 5 || len(r.Charts) != 2 || len(r.Notes) == 0 {
+	if len(r.Tables) < 6 || len(r.Charts) != 2 || len(r.Notes) == 0 {
 		t.Errorf("report: %d tables, %d charts, %d notes", len(r.Tables), len(r.Charts), len(r.Notes))
 	}
 	for _, tb := range r.Tables {
@@ -98,14 +112,24 @@ func TestRunSmall(t *testing.T) {
 			}
 		}
 	}
-	var allocTarget *report.Target
+	allocTargets, ratios := 0, 0
 	for i := range r.Targets {
-		if strings.Contains(r.Targets[i].Name, "allocations") {
-			allocTarget = &r.Targets[i]
+		tg := &r.Targets[i]
+		if strings.Contains(tg.Name, "allocations") {
+			allocTargets++
+			if !tg.Met || tg.Measured != 0 {
+				t.Errorf("allocation target: %+v", tg)
+			}
+		}
+		if strings.Contains(tg.Name, "Go map hit") {
+			ratios++
+			if !(tg.Measured > 0) || !strings.Contains(tg.Name, "20k live flows") {
+				t.Errorf("ratio target: %+v", tg)
+			}
 		}
 	}
-	if allocTarget == nil || !allocTarget.Met || allocTarget.Measured != 0 {
-		t.Errorf("allocation target: %+v", allocTarget)
+	if allocTargets != 2 || ratios != 2 {
+		t.Errorf("%d allocation targets, %d ratio targets; want 2 and 2", allocTargets, ratios)
 	}
 	if _, err := json.Marshal(r); err != nil {
 		t.Errorf("report does not encode: %v", err)
@@ -199,6 +223,23 @@ func TestPlanOrder(t *testing.T) {
 	}
 	if profiles != 1 {
 		t.Errorf("%d profiles", profiles)
+	}
+	// The Go map comparison: at each of its sizes, before the SYN cases.
+	compares := map[int]bool{}
+	synSeen = map[int]bool{}
+	for _, st := range plan(&o) {
+		switch {
+		case st.kind == stepCase && st.c.mix == flows.AllSYN.Name:
+			synSeen[st.flows] = true
+		case st.kind == stepCompare:
+			if synSeen[st.flows] || compares[st.flows] || st.c.mix != flows.EstablishedV4.Name || st.c.flows != st.flows {
+				t.Errorf("comparison step %+v", st)
+			}
+			compares[st.flows] = true
+		}
+	}
+	if !compares[1_000] || !compares[1_000_000] || len(compares) != 2 {
+		t.Errorf("comparisons at %v, want 1k and 1M", compares)
 	}
 	for _, w := range []int{1, 2, 3} {
 		if !seen[caseKey{true, flows.Realistic.Name, 1_000_000, w, smallFrame, replayFor(1_000_000, o.Replay)}] {

@@ -22,12 +22,21 @@ func TestCoreQuickJSON(t *testing.T) {
 	if !strings.HasPrefix(r.Tables[0].Title, "Engine against live flows") || len(r.Tables[0].Rows) != 3*5 {
 		t.Errorf("first table %q with %d rows, want 15 (3 tables x 5 mixes)", r.Tables[0].Title, len(r.Tables[0].Rows))
 	}
-	if len(r.Charts) != 2 || len(r.Targets) != 4 || len(r.Notes) == 0 {
+	if len(r.Charts) != 2 || len(r.Targets) != 7 || len(r.Notes) == 0 {
 		t.Errorf("%d charts, %d targets, %d notes", len(r.Charts), len(r.Targets), len(r.Notes))
 	}
 	for _, c := range data.Cases {
 		if c.Allocs != 0 || c.Packets == 0 || !(c.Mpps > 0) {
 			t.Errorf("case %+v", c)
+		}
+	}
+	// The Go map baseline, at the quick run's small sizes only.
+	if len(data.Compares) != 2 || data.Compares[0].Flows != 1_000 || data.Compares[1].Flows != 10_000 {
+		t.Errorf("Go map comparisons %+v, want at 1k and 10k", data.Compares)
+	}
+	for _, c := range data.Compares {
+		if c.Allocs != 0 || !(c.GoMapNs > 0) || !(c.ConntrackNs > 0) || !(c.EngineNs > 0) {
+			t.Errorf("comparison %+v", c)
 		}
 	}
 	for _, tg := range r.Targets {
