@@ -139,7 +139,10 @@ type Result struct {
 	Cases      []Case    `json:"cases"`
 	Lookups    []Lookup  `json:"conntrack_lookups,omitempty"`
 	Compares   []Compare `json:"gomap_compare,omitempty"`
-	Profile    *Profile  `json:"profile,omitempty"`
+	// InCacheBaseline, when set (lbbench core --baseline), is the saved
+	// run the in-cache target compares with.
+	InCacheBaseline *InCacheRef `json:"in_cache_baseline,omitempty"`
+	Profile         *Profile    `json:"profile,omitempty"`
 }
 
 type caseKey struct {

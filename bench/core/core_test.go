@@ -287,3 +287,30 @@ func TestCount(t *testing.T) {
 		}
 	}
 }
+
+// TestInCacheTarget: the in-cache target (1k flows) is checked only
+// against a baseline, and met only by a third less on the same machine.
+func TestInCacheTarget(t *testing.T) {
+	res := &Result{Compares: []Compare{{Flows: 1_000, GoMapNs: 12, ConntrackNs: 13, EngineNs: 40}}}
+	find := func() (met, found bool) {
+		for _, tg := range res.Report().Targets {
+			if strings.Contains(tg.Name, "in-cache") {
+				return tg.Met, true
+			}
+		}
+		return false, false
+	}
+	if _, found := find(); found {
+		t.Error("in-cache target without a baseline")
+	}
+	for _, c := range []struct {
+		base float64
+		same bool
+		met  bool
+	}{{62, true, true}, {59, true, false}, {62, false, false}} {
+		res.InCacheBaseline = &InCacheRef{File: "base.json", EngineNs: c.base, SameMachine: c.same}
+		if met, found := find(); !found || met != c.met {
+			t.Errorf("40 ns against %.0f ns (same machine %v): found %v, met %v; want met %v", c.base, c.same, found, met, c.met)
+		}
+	}
+}

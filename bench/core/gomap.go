@@ -152,3 +152,34 @@ func timeMap(m map[conntrack.Key]mapEntry, keys []conntrack.Key, dur time.Durati
 	return Lookup{Keys: len(keys), Lookups: n, NsPer: float64(wall.Nanoseconds()) / float64(n),
 		CPUNsPer: float64(cpu.Nanoseconds()) / float64(n), Allocs: m1.Mallocs - m0.Mallocs}, nil
 }
+
+// inCacheFlows is the table of the in-cache reference: at 1k live flows
+// everything the engine touches stays in cache.
+const inCacheFlows = 1_000
+
+// InCacheRef is the in-cache engine cost of a saved run (`lbbench core
+// --json`), the reference of the target "in-cache cost down by a third on
+// the same machine".
+type InCacheRef struct {
+	File     string  `json:"file"`
+	Started  string  `json:"started,omitempty"`
+	Machine  string  `json:"machine,omitempty"`
+	EngineNs float64 `json:"engine_ns_per_pkt"`
+	// SameMachine: the saved run's machine description is this one's.
+	SameMachine bool `json:"same_machine"`
+}
+
+// InCacheNs is the engine's CPU ns per established-v4 packet at 1k live
+// flows: the Go map comparison's median where there is one, else the
+// sweep's case.
+func (res *Result) InCacheNs() (float64, bool) {
+	for _, c := range res.Compares {
+		if c.Flows == inCacheFlows {
+			return c.EngineNs, true
+		}
+	}
+	if c, ok := res.find(true, flows.EstablishedV4.Name, inCacheFlows, 1, smallFrame, replayFor(inCacheFlows, res.Replay)); ok {
+		return cpuOrWall(c), true
+	}
+	return 0, false
+}

@@ -17,6 +17,9 @@ const (
 	// Ratios to one Go map hit with the same keys in the same run, at 1M.
 	targetLookupRatio = 0.5  // conntrack hit
 	targetEngineRatio = 0.35 // engine per established-v4 packet
+	// The in-cache engine cost (1k flows) against a saved run of the same
+	// machine: down by a third.
+	targetInCacheRatio = 2.0 / 3
 )
 
 func ff(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
@@ -233,6 +236,17 @@ func (res *Result) targets() []report.Target {
 		}
 		ts = append(ts, report.Target{Name: "allocations in the Go map comparison (Go map, conntrack, engine; every round)",
 			Want: "0", Measured: float64(n), Unit: "allocs", Met: n == 0})
+	}
+	if b := res.InCacheBaseline; b != nil {
+		if v, ok := res.InCacheNs(); ok {
+			name := fmt.Sprintf("in-cache engine ns/pkt (thread CPU), established-v4, 1k live flows, against %s (%.1f ns)", b.File, b.EngineNs)
+			if !b.SameMachine {
+				name += "; its machine differs (" + b.Machine + "): not comparable"
+			}
+			want := targetInCacheRatio * b.EngineNs
+			ts = append(ts, report.Target{Name: name, Want: fmt.Sprintf("<= %.1f (2/3 of it)", want), Measured: v, Unit: "ns",
+				Met: v <= want && b.SameMachine})
+		}
 	}
 	if len(res.Lookups) > 0 {
 		l := res.Lookups[0]

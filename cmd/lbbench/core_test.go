@@ -1,10 +1,14 @@
 package main
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"xlb/bench/core"
+	"xlb/bench/report"
 )
 
 // TestCoreQuickJSON runs `lbbench core --quick --json` as CI does and
@@ -55,5 +59,40 @@ func TestParseCounts(t *testing.T) {
 		if _, err := parseCounts(bad); err == nil {
 			t.Errorf("parseCounts(%q): no error", bad)
 		}
+	}
+}
+
+// TestReadBaseline: --baseline takes the in-cache engine cost (1k live
+// flows) of a saved `lbbench core --json`, and says whether it came from
+// this machine.
+func TestReadBaseline(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, r report.Report) string {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	res := &core.Result{Compares: []core.Compare{{Flows: 100_000, EngineNs: 90}, {Flows: 1_000, EngineNs: 62}}}
+	ref, err := readBaseline(write("here.json", report.Report{Command: "core", Machine: report.ThisMachine(), Data: res}))
+	if err != nil || ref.EngineNs != 62 || !ref.SameMachine {
+		t.Errorf("baseline %+v, %v; want 62 ns from this machine", ref, err)
+	}
+	other := report.ThisMachine()
+	other.Hostname += "-other"
+	ref, err = readBaseline(write("there.json", report.Report{Command: "core", Machine: other, Data: res}))
+	if err != nil || ref.SameMachine {
+		t.Errorf("baseline of another machine: %+v, %v", ref, err)
+	}
+	if _, err := readBaseline(write("maglev.json", report.Report{Command: "maglev", Data: res})); err == nil {
+		t.Error("a maglev report accepted as a baseline")
+	}
+	if _, err := readBaseline(write("no1k.json", report.Report{Command: "core", Data: &core.Result{}})); err == nil {
+		t.Error("a baseline without a 1k figure accepted")
 	}
 }
