@@ -5,7 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,6 +36,15 @@ func runXDP(args []string, c *common, stderr io.Writer) (report.Report, error) {
 	fs.IntVar(&cfg.Ports, "ports", 256, "distinct source ports per address")
 	fs.StringVar(&cfg.Prefix, "prefix", "lbx", "prefix of the namespaces and interfaces (1-3 letters/digits)")
 	fs.StringVar(&cfg.XLB, "xlb", "", "xlb binary (default: build ./cmd/xlb of this repository)")
+	var rem xdp.Remote
+	var remote bool
+	var xlbConfigOut string
+	fs.StringVar(&rem.GenIface, "gen-iface", "", "real-NIC mode: this host's port the generator sends from (no namespaces are built; see README, Zero-copy NIC)")
+	fs.StringVar(&rem.SinkIface, "sink-iface", "", "real-NIC mode: this host's port the sink receives on (default: --gen-iface)")
+	fs.BoolVar(&remote, "remote-xlb", false, "real-NIC mode: xlb runs on another host, cabled to --gen-iface/--sink-iface; lbbench writes its configuration (--xlb-config)")
+	fs.StringVar(&rem.XLBIface, "xlb-iface", "eth1", "real-NIC mode: the xlb host's interface (dataplane.interface of the configuration written)")
+	fs.IntVar(&rem.CPU, "xlb-cpu", -1, "real-NIC mode: the core xlb's one worker is pinned to on its host (-1: unpinned)")
+	fs.StringVar(&xlbConfigOut, "xlb-config", "", "real-NIC mode: file the remote xlb's configuration is written to (default: stderr)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `usage: lbbench xdp [flags]   (root)
 
@@ -44,6 +56,11 @@ paced rate each forwards without loss (RFC 2544 style) and measures latency
 at half of it; reports Mpps, loss, CPU per packet of the middle hop at the
 lossless rate, latency percentiles absolute and added over (b), and the
 xlb/(a), xlb/(b), xlb/(c) ratios.
+
+Real NIC (--gen-iface IF [--sink-iface IF] --remote-xlb): no namespaces;
+writes the configuration "xlb run" takes on the other host (VIP, backends
+with the sink port's MAC, zero_copy = "on"). Measuring over existing
+interfaces is not implemented yet: that step fails with a message.
 
 flags:
 `)
@@ -70,6 +87,10 @@ flags:
 			cfg.Variants = append(cfg.Variants, f)
 		}
 	}
+	if rem.GenIface != "" || rem.SinkIface != "" || remote {
+		rem.Backends = cfg.Backends
+		return report.Report{}, runRemote(rem, remote, xlbConfigOut, stderr)
+	}
 	if cfg.Coalesce == 0 {
 		cfg.Coalesce = -1 // evenly spaced
 	}
@@ -79,4 +100,43 @@ flags:
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	return xdp.Run(ctx, cfg)
+}
+
+// runRemote is the real-NIC mode as far as it goes: it checks the ports
+// exist here, writes the remote xlb's configuration (backend MAC: the sink
+// port's) and then says that measuring over them is not implemented.
+func runRemote(rem xdp.Remote, remote bool, out string, stderr io.Writer) error {
+	if rem.GenIface == "" {
+		return fmt.Errorf("--sink-iface/--remote-xlb need --gen-iface (this host's port the generator sends from)")
+	}
+	if rem.SinkIface == "" {
+		rem.SinkIface = rem.GenIface
+	}
+	if !remote {
+		return fmt.Errorf("--gen-iface without --remote-xlb: running xlb on a local existing interface is not implemented; run xlb on the other host (--remote-xlb)")
+	}
+	if rem.SinkIface != rem.GenIface {
+		return fmt.Errorf("--sink-iface %s differs from --gen-iface %s: the generator and the sink share one AF_XDP socket, so one port for both is all that is implemented", rem.SinkIface, rem.GenIface)
+	}
+	for _, name := range []string{rem.GenIface, rem.SinkIface} {
+		ifc, err := net.InterfaceByName(name)
+		if err != nil {
+			return fmt.Errorf("interface %s: %w", name, err)
+		}
+		if name == rem.SinkIface {
+			rem.SinkMAC = ifc.HardwareAddr
+		}
+	}
+	text, err := xdp.RemoteXLBConfig(rem)
+	if err != nil {
+		return err
+	}
+	if out == "" {
+		fmt.Fprint(stderr, text)
+	} else if err := os.WriteFile(out, []byte(text), 0o644); err != nil {
+		return err
+	} else {
+		fmt.Fprintf(stderr, "wrote %s: run `xlb run -c %s` on the xlb host\n", out, filepath.Base(out))
+	}
+	return xdp.ErrExistingNotImplemented
 }
