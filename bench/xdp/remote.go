@@ -8,12 +8,10 @@ import (
 	"xlb/bench/xdp/topo"
 )
 
-// Remote is the real-NIC mode of `lbbench xdp` as far as it goes today:
-// the generator and the sink on this host's NIC port(s), xlb run by the
-// user on another host (see the README, "Zero-copy NIC: the budget"). What
-// lbbench does in this mode is write the configuration the remote xlb runs
-// with; sending and measuring over existing interfaces is not implemented
-// yet (ErrExistingNotImplemented).
+// Remote is the real-NIC mode of `lbbench xdp`: the generator and the sink
+// on this host's NIC port, xlb run by the user on another host (see the
+// README, "Zero-copy NIC: the budget") with the configuration
+// RemoteXLBConfig writes; RunExisting then measures it.
 type Remote struct {
 	// GenIface and SinkIface are this host's ports: the generator sends
 	// from GenIface, the sink receives on SinkIface (may be the same port).
@@ -29,10 +27,6 @@ type Remote struct {
 	// Backends behind the VIP (default 4).
 	Backends int
 }
-
-// ErrExistingNotImplemented: measuring over interfaces lbbench did not
-// build is not implemented yet; only the remote xlb's config is written.
-var ErrExistingNotImplemented = fmt.Errorf("measuring over existing interfaces (--gen-iface/--sink-iface) is not implemented yet: only the remote xlb's configuration is written")
 
 // RemoteBackends are the backends of a Remote run: the topology's private
 // addresses (topo.BackendIP), each with the sink port's MAC.

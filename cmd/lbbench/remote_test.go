@@ -1,16 +1,22 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"xlb/bench/baseline/xdpfwd"
+	"xlb/bench/report"
 	"xlb/bench/xdp"
+	"xlb/bench/xdp/topo"
 	"xlb/config"
+	"xlb/dataplane/xdpprog"
 	"xlb/internal/nettest"
 )
 
@@ -23,9 +29,10 @@ func TestXDPRemoteFlagsRefused(t *testing.T) {
 		{"--gen-iface", "x0"},  // xlb local on an existing port: not implemented
 		{"--gen-iface", "x0", "--sink-iface", "x1", "--remote-xlb"}, // two ports: not implemented
 		{"--gen-iface", "nosuch-zc0", "--remote-xlb"},               // no such interface
+		{"--gen-iface", "lo", "--remote-xlb", "--xlb-mac", "zz"},    // bad MAC
 	} {
 		var c common
-		if _, err := runXDP(args, &c, io.Discard); err == nil || errors.Is(err, xdp.ErrExistingNotImplemented) {
+		if _, err := runXDP(args, &c, io.Discard); err == nil || errors.Is(err, errNoXLBMAC) {
 			t.Errorf("%v: err %v, want a refusal before the config is written", args, err)
 		}
 	}
@@ -34,7 +41,7 @@ func TestXDPRemoteFlagsRefused(t *testing.T) {
 // TestXDPRemoteConfigOnVeth (root) passes a veth of its own namespace as
 // the "existing" port: the configuration written for the remote xlb must
 // parse, name the xlb host's interface and carry the port's MAC as every
-// backend's; the run then says that measuring is not implemented.
+// backend's; without --xlb-mac the run stops there and says so.
 func TestXDPRemoteConfigOnVeth(t *testing.T) {
 	nettest.RequireRoot(t)
 	ns := nettest.NewNS(t, nettest.UniqueName("lbzc"))
@@ -49,8 +56,8 @@ func TestXDPRemoteConfigOnVeth(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(runErr, xdp.ErrExistingNotImplemented) {
-		t.Fatalf("err %v, want %v", runErr, xdp.ErrExistingNotImplemented)
+	if !errors.Is(runErr, errNoXLBMAC) {
+		t.Fatalf("err %v, want %v", runErr, errNoXLBMAC)
 	}
 	text, err := os.ReadFile(out)
 	if err != nil {
@@ -76,4 +83,62 @@ func TestXDPRemoteConfigOnVeth(t *testing.T) {
 	if !strings.Contains(string(text), "zcgen") {
 		t.Errorf("config does not name the load host's port:\n%s", text)
 	}
+}
+
+// TestXDPExistingVeth (root) measures over "existing" interfaces: a veth
+// pair in a namespace of its own stands for the NIC pair, the in-kernel
+// XDP forwarder (b) on the far end for the remote xlb (it sends each
+// frame of the VIP back to the port's MAC, as RemoteXLBConfig's backends
+// do). lbbench gets only the port's name and the far end's MAC; frames
+// must come back and the report must be made. The namespace, and so the
+// pair, is removed when the test ends, also on failure.
+func TestXDPExistingVeth(t *testing.T) {
+	nettest.RequireRoot(t)
+	ns := nettest.NewNS(t, nettest.UniqueName("lbzc"))
+	mac := net.HardwareAddr{0x02, 0x5a, 0x43, 0, 0, 1}
+	farMAC := net.HardwareAddr{0x02, 0x5a, 0x43, 0, 0, 2}
+	ns.AddVeth(t, nettest.Veth{Name: "zcgen", PeerName: "zcxlb", MAC: mac, PeerMAC: farMAC, NoIPv6: true})
+	fwd, err := xdpfwd.Start(context.Background(), xdpfwd.Config{NS: ns.Name, Iface: "zcxlb", VIPs: []netip.Addr{topo.VIP},
+		Backends: []net.HardwareAddr{mac}, Mode: xdpprog.ModeNative})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fwd.Close()
+	var r report.Report
+	var runErr error
+	if err := ns.Do(func() error {
+		var c common
+		r, runErr = runXDP([]string{"--quick", "--gen-iface", "zcgen", "--remote-xlb", "--xlb-mac", farMAC.String(), "--forwarders", "xlb",
+			"--duration", "200ms", "--trial", "100ms", "--trials", "3"}, &c, io.Discard)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	data, ok := r.Data.(xdp.Data)
+	if !ok || len(r.Tables) != 1 || len(r.Notes) == 0 {
+		t.Fatalf("data %T, %d tables, %d notes", r.Data, len(r.Tables), len(r.Notes))
+	}
+	loads := map[string]bool{}
+	for _, c := range data.Cases {
+		loads[c.Load] = true
+		if c.Variant != "xlb" || c.Size != 64 {
+			t.Errorf("case %s %d B: want xlb, 64 B", c.Variant, c.Size)
+		}
+		if c.Load == "full" && (c.Sent == 0 || c.Forwarded == 0 || c.Other != 0) {
+			t.Errorf("full load: sent %d, back %d (%d to another MAC): frames did not come back", c.Sent, c.Forwarded, c.Other)
+		}
+	}
+	for _, l := range []string{"full", "lossless", "half"} {
+		if !loads[l] {
+			t.Errorf("no %s case: %v", l, loads)
+		}
+	}
+	st, err := fwd.Stats()
+	if err != nil || st.TX == 0 {
+		t.Errorf("the far end sent back %d frames (%v)", st.TX, err)
+	}
+	t.Logf("%v", r.Tables[0].Rows)
 }
