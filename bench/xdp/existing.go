@@ -173,7 +173,11 @@ func existingReport(cfg Config, e Existing, mac net.HardwareAddr, cs []Case) rep
 		if c.RatePPS > 0 {
 			off = mpps(c.RatePPS)
 		}
-		t.Rows = append(t.Rows, []string{c.Variant, fmt.Sprint(c.Size), c.Load, off, mpps(c.SentPPS), mpps(c.FwdPPS), pct(c.Loss),
+		sent := mpps(c.SentPPS)
+		if c.Load == "lossless" {
+			sent = losslessLabel(&c) // ">=" when the generator was the limit
+		}
+		t.Rows = append(t.Rows, []string{c.Variant, fmt.Sprint(c.Size), c.Load, off, sent, mpps(c.FwdPPS), pct(c.Loss),
 			report.F(c.LatP50, 1), report.F(c.LatP99, 1), report.F(c.LatP999, 1)})
 	}
 	return report.Report{Tables: []report.Table{t},
