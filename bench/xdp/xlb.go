@@ -42,17 +42,24 @@ const benchCTCapacity = 1 << 22
 
 // xlbConfig is the configuration xlb runs with on the middle hop.
 func xlbConfig(t *topo.Topo, cpu int) string {
+	return xlbConfigText("# lbbench xdp: xlb on the middle hop (generated)\n", t.MidDev, cpu, "auto", t.Backends, false)
+}
+
+// xlbConfigText is xlb's configuration for the bench: header (comment
+// lines), the interface, the worker's CPU (-1: unpinned), zero_copy, the
+// backends and whether their MACs are written (endpoint mac: the frames go
+// to that MAC rather than one xlb resolves).
+func xlbConfigText(header, iface string, cpu int, zeroCopy string, backends []topo.Backend, macs bool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, `# lbbench xdp: xlb on the middle hop (generated)
-[dataplane]
+	fmt.Fprintf(&b, `%s[dataplane]
 interface = %q
 queues = "all"
-`, t.MidDev)
+`, header, iface)
 	if cpu >= 0 {
 		fmt.Fprintf(&b, "cpus = [%d]\n", cpu)
 	}
 	fmt.Fprintf(&b, `xdp_mode = "native"
-zero_copy = "auto"
+zero_copy = %q
 frame_size = 4096
 ring_size = 2048
 conntrack_capacity = %d
@@ -68,7 +75,7 @@ check_interval_sec = 1
 timeout_sec = 1
 healthy_threshold = 1
 unhealthy_threshold = 3
-`, benchCTCapacity, adminAddr, healthPort)
+`, zeroCopy, benchCTCapacity, adminAddr, healthPort)
 	for _, svc := range []struct {
 		name, affinity, prefix string
 		port                   int
@@ -84,7 +91,11 @@ health_checks = ["hc"]
   group = "all"
   endpoints = [
 `, svc.name, svc.affinity)
-		for _, be := range t.Backends {
+		for _, be := range backends {
+			if macs {
+				fmt.Fprintf(&b, "    { name = %q, ip = %q, mac = %q },\n", svc.prefix+be.Name, be.IP.String(), be.MAC.String())
+				continue
+			}
 			fmt.Fprintf(&b, "    { name = %q, ip = %q },\n", svc.prefix+be.Name, be.IP.String())
 		}
 		fmt.Fprintf(&b, `  ]

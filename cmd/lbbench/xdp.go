@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,6 +37,17 @@ func runXDP(args []string, c *common, stderr io.Writer) (report.Report, error) {
 	fs.IntVar(&cfg.Ports, "ports", 256, "distinct source ports per address")
 	fs.StringVar(&cfg.Prefix, "prefix", "lbx", "prefix of the namespaces and interfaces (1-3 letters/digits)")
 	fs.StringVar(&cfg.XLB, "xlb", "", "xlb binary (default: build ./cmd/xlb of this repository)")
+	var rem xdp.Remote
+	var remote bool
+	var xlbConfigOut string
+	fs.StringVar(&rem.GenIface, "gen-iface", "", "real-NIC mode: this host's port the generator sends from (no namespaces are built; see README, Zero-copy NIC)")
+	fs.StringVar(&rem.SinkIface, "sink-iface", "", "real-NIC mode: this host's port the sink receives on (default: --gen-iface)")
+	fs.BoolVar(&remote, "remote-xlb", false, "real-NIC mode: xlb runs on another host, cabled to --gen-iface/--sink-iface; lbbench writes its configuration (--xlb-config)")
+	fs.StringVar(&rem.XLBIface, "xlb-iface", "eth1", "real-NIC mode: the xlb host's interface (dataplane.interface of the configuration written)")
+	fs.IntVar(&rem.CPU, "xlb-cpu", -1, "real-NIC mode: the core xlb's one worker is pinned to on its host (-1: unpinned)")
+	fs.StringVar(&xlbConfigOut, "xlb-config", "", "real-NIC mode: file the remote xlb's configuration is written to (default: stderr, when there is no --xlb-mac)")
+	var xlbMAC string
+	fs.StringVar(&xlbMAC, "xlb-mac", "", "real-NIC mode: MAC of the xlb host's port; given, lbbench measures xlb there (frames to the VIP at this MAC, counted back on --gen-iface)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `usage: lbbench xdp [flags]   (root)
 
@@ -44,6 +59,12 @@ paced rate each forwards without loss (RFC 2544 style) and measures latency
 at half of it; reports Mpps, loss, CPU per packet of the middle hop at the
 lossless rate, latency percentiles absolute and added over (b), and the
 xlb/(a), xlb/(b), xlb/(c) ratios.
+
+Real NIC (--gen-iface IF --remote-xlb): no namespaces. --xlb-config F
+writes the configuration "xlb run" takes on the other host (VIP, backends
+with IF's MAC, zero_copy = "on"); with --xlb-mac (that host's port's MAC)
+it then measures xlb and xlb-ct there: frames from IF to the VIP, counted
+back on IF (Mpps, loss, latency; no CPU figures from the far side).
 
 flags:
 `)
@@ -78,5 +99,60 @@ flags:
 	// A signal ends the run; the topology is removed before returning.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if rem.GenIface != "" || rem.SinkIface != "" || remote {
+		rem.Backends = cfg.Backends
+		return runRemote(ctx, cfg, rem, remote, xlbMAC, xlbConfigOut, stderr)
+	}
 	return xdp.Run(ctx, cfg)
 }
+
+// runRemote is the real-NIC mode: it checks the port exists here, writes
+// the remote xlb's configuration (backend MAC: the port's) when asked or
+// when there is nothing to measure yet, and with --xlb-mac measures xlb
+// over the port (xdp.RunExisting).
+func runRemote(ctx context.Context, cfg xdp.Config, rem xdp.Remote, remote bool, xlbMAC, out string, stderr io.Writer) (report.Report, error) {
+	if rem.GenIface == "" {
+		return report.Report{}, fmt.Errorf("--sink-iface/--remote-xlb need --gen-iface (this host's port the generator sends from)")
+	}
+	if rem.SinkIface == "" {
+		rem.SinkIface = rem.GenIface
+	}
+	if !remote {
+		return report.Report{}, fmt.Errorf("--gen-iface without --remote-xlb: running xlb on a local existing interface is not implemented; run xlb on the other host (--remote-xlb)")
+	}
+	if rem.SinkIface != rem.GenIface {
+		return report.Report{}, fmt.Errorf("--sink-iface %s differs from --gen-iface %s: the generator and the sink share one AF_XDP socket, so one port for both is all that is implemented", rem.SinkIface, rem.GenIface)
+	}
+	var dst net.HardwareAddr
+	if xlbMAC != "" {
+		var err error
+		if dst, err = net.ParseMAC(xlbMAC); err != nil || len(dst) != 6 {
+			return report.Report{}, fmt.Errorf("--xlb-mac %q: want the xlb host's port's Ethernet address", xlbMAC)
+		}
+	}
+	ifc, err := net.InterfaceByName(rem.GenIface)
+	if err != nil {
+		return report.Report{}, fmt.Errorf("interface %s: %w", rem.GenIface, err)
+	}
+	rem.SinkMAC = ifc.HardwareAddr
+	text, err := xdp.RemoteXLBConfig(rem)
+	if err != nil {
+		return report.Report{}, err
+	}
+	switch {
+	case out != "":
+		if err := os.WriteFile(out, []byte(text), 0o644); err != nil {
+			return report.Report{}, err
+		}
+		fmt.Fprintf(stderr, "wrote %s: run `xlb run -c %s` on the xlb host\n", out, filepath.Base(out))
+	case dst == nil:
+		fmt.Fprint(stderr, text)
+	}
+	if dst == nil {
+		return report.Report{}, errNoXLBMAC
+	}
+	return xdp.RunExisting(ctx, cfg, xdp.Existing{Iface: rem.GenIface, XLBMAC: dst})
+}
+
+// errNoXLBMAC ends a real-NIC run that only wrote xlb's configuration.
+var errNoXLBMAC = errors.New("configuration written; to measure, start xlb on the other host with it and run again with --xlb-mac (its port's MAC)")
