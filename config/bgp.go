@@ -100,11 +100,7 @@ func (c *converter) neighbor(i int, r *rawNeighbor, localASN uint32, addrs map[n
 		Password:    c.str(p+".password", r.Password, ""),
 		MultihopTTL: uint8(c.integer(p+".multihop_ttl", r.MultihopTTL, 0, 0, 255)),
 	}
-	if c.required(p+".address", r.Address) {
-		if s, ok := c.text(p+".address", r.Address); ok {
-			n.Address = c.hostAddr(p+".address", s)
-		}
-	}
+	n.Address = c.requiredHostAddr(p+".address", r.Address)
 	if n.Address.IsValid() {
 		if j, dup := addrs[n.Address]; dup {
 			c.add(p+".address", "%s is already the address of bgp.neighbor[%d]", n.Address, j)

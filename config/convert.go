@@ -325,11 +325,7 @@ func (c *converter) groups(p string, s *Service, raw []rawGroup) {
 // far, by path.
 func (c *converter) endpoint(p string, r *rawEndpoint, addrs map[netip.Addr]string) Endpoint {
 	var e Endpoint
-	if c.required(p+".ip", r.IP) {
-		if s, ok := c.text(p+".ip", r.IP); ok {
-			e.IP = c.hostAddr(p+".ip", s)
-		}
-	}
+	e.IP = c.requiredHostAddr(p+".ip", r.IP)
 	if e.IP.IsValid() {
 		if prev, dup := addrs[e.IP]; dup {
 			c.add(p+".ip", "%s is already an endpoint of this service at %s", e.IP, prev)
@@ -367,6 +363,19 @@ func (c *converter) endpoint(p string, r *rawEndpoint, addrs map[netip.Addr]stri
 		}
 	}
 	return e
+}
+
+// requiredHostAddr is the host address v at path, which must be set and
+// a string (the zero Addr, with the error recorded, otherwise).
+func (c *converter) requiredHostAddr(path string, v val) netip.Addr {
+	if !c.required(path, v) {
+		return netip.Addr{}
+	}
+	s, ok := c.text(path, v)
+	if !ok {
+		return netip.Addr{}
+	}
+	return c.hostAddr(path, s)
 }
 
 // hostAddr parses the address of one host (a VIP or an endpoint).

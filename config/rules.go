@@ -44,11 +44,7 @@ func (c *converter) rules(cfg *Config, raw []rawRule) {
 		p := fmt.Sprintf("forwarding_rule[%d]", i)
 		fr := ForwardingRule{Name: c.name(p+".name", r.Name), Service: -1}
 		c.unique(p+".name", fr.Name, "forwarding_rule", i, byName)
-		if c.required(p+".ip_address", r.IPAddress) {
-			if s, ok := c.text(p+".ip_address", r.IPAddress); ok {
-				fr.VIP = c.hostAddr(p+".ip_address", s)
-			}
-		}
+		fr.VIP = c.requiredHostAddr(p+".ip_address", r.IPAddress)
 		proto := -1
 		if c.required(p+".ip_protocol", r.IPProtocol) {
 			proto = c.enum(p+".ip_protocol", r.IPProtocol, ruleProtoNames[:], -1)

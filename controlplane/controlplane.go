@@ -101,8 +101,12 @@ type serviceState struct {
 	tableSet  []member
 	table     []uint16
 	eligible  []dataplane.BackendRef
-	lastSide  dataplane.Side
-	sideSet   bool
+	// fingerprint is the table's and set's (dataplane.Snapshot.Fingerprint),
+	// computed when either changes, for fpSide.
+	fingerprint string
+	fpSide      dataplane.Side
+	lastSide    dataplane.Side
+	sideSet     bool
 	// switches counts side changes: [0] to failover, [1] back to primary.
 	switches [2]uint64
 }
@@ -523,7 +527,8 @@ func (c *ControlPlane) buildService(st *serviceState, s *dataplane.Snapshot) *da
 	}
 	st.lastSide, st.sideSet = side, true
 
-	if !st.sameTable(cfg.MaglevTableSize, set) || len(set) == 0 {
+	rebuilt := !st.sameTable(cfg.MaglevTableSize, set) || len(set) == 0
+	if rebuilt {
 		st.eligible, st.table = nil, nil
 		if len(set) > 0 {
 			bs := make([]maglev.Backend, len(set))
@@ -545,6 +550,12 @@ func (c *ControlPlane) buildService(st *serviceState, s *dataplane.Snapshot) *da
 		st.tableSet = append(st.tableSet[:0], set...)
 	}
 	ds.Eligible, ds.Table = st.eligible, st.table
+	// Hashing a table costs about its size: once per change, not per
+	// status request or metrics scrape.
+	if rebuilt || st.fingerprint == "" || st.fpSide != ds.Side {
+		st.fingerprint, st.fpSide = s.Fingerprint(ds), ds.Side
+	}
+	ds.Fingerprint = st.fingerprint
 	return ds
 }
 

@@ -276,7 +276,13 @@ func TestS5_IdenticalChoicesAcrossInstances(t *testing.T) {
 	if fa != fb || len(fa) != 16 {
 		t.Fatalf("fingerprints %q and %q, want the same 16 hex digits", fa, fb)
 	}
+	if sa.Fingerprint != fa || sb.Fingerprint != fb {
+		t.Errorf("published fingerprints %q and %q, computed %q and %q", sa.Fingerprint, sb.Fingerprint, fa, fb)
+	}
 	b.Health("b2", false)
+	if pub := service(b, "web").Fingerprint; pub != b.CP.Snapshot().Fingerprint(service(b, "web")) {
+		t.Errorf("b2 down: published fingerprint %s is not the table's", pub)
+	}
 	if fb2 := b.CP.Snapshot().Fingerprint(service(b, "web")); fb2 == fa {
 		t.Errorf("b2 down on one instance only: fingerprints still equal (%s)", fa)
 	}

@@ -116,6 +116,9 @@ type Service struct {
 	Eligible    []BackendRef
 	Side        Side
 	EligibleWhy string
+	// Fingerprint is Snapshot.Fingerprint of this service, as the control
+	// plane computed it when the set or table last changed.
+	Fingerprint string
 	// Table is the Maglev table: Table[h % len] indexes Eligible. Empty when
 	// Eligible is empty. An entry is 2 bytes: a service has at most
 	// maglev.MaxBackends (65,535) backends, as the configuration checks.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -265,29 +264,7 @@ func dialKept(dst netip.AddrPort) (*keptClient, error) {
 
 // get asks for / and returns the X-Backend of a 200 answer.
 func (k *keptClient) get(timeout time.Duration) (string, error) {
-	if err := k.conn.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return "", err
-	}
-	req, err := http.NewRequest(http.MethodGet, "http://"+k.host+"/", nil)
-	if err != nil {
-		return "", err
-	}
-	if err := req.Write(k.conn); err != nil {
-		return "", err
-	}
-	resp, err := http.ReadResponse(k.r, req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		return "", err
-	}
-	name := resp.Header.Get(headerBackend)
-	if resp.StatusCode != http.StatusOK || name == "" {
-		return "", fmt.Errorf("%s: status %d, %s %q", k.host, resp.StatusCode, headerBackend, name)
-	}
-	return name, nil
+	return askBackend(k.conn, k.r, k.host, "/", timeout, false)
 }
 
 func joinAddrs(a []netip.AddrPort) string {

@@ -143,6 +143,14 @@ func probeHTTP(dst netip.AddrPort, timeout time.Duration, _ int) (string, error)
 // httpGet asks for path over conn, one request with Connection: close,
 // and returns the X-Backend header of a 200 answer.
 func httpGet(conn net.Conn, host, path string, timeout time.Duration) (string, error) {
+	return askBackend(conn, bufio.NewReader(conn), host, path, timeout, true)
+}
+
+// askBackend sends one GET of path over conn (closing it after the answer
+// when closeAfter), reads the answer from r (conn's reader, kept across
+// requests on a kept-alive connection) and returns the X-Backend header of
+// a 200 answer.
+func askBackend(conn net.Conn, r *bufio.Reader, host, path string, timeout time.Duration, closeAfter bool) (string, error) {
 	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
 		return "", err
 	}
@@ -150,11 +158,11 @@ func httpGet(conn net.Conn, host, path string, timeout time.Duration) (string, e
 	if err != nil {
 		return "", err
 	}
-	req.Close = true
+	req.Close = closeAfter
 	if err := req.Write(conn); err != nil {
 		return "", err
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	resp, err := http.ReadResponse(r, req)
 	if err != nil {
 		return "", err
 	}

@@ -212,7 +212,7 @@ func queues(workers []QueueStats) []QueueReport {
 // service reports a service and its backends.
 func service(snap *dataplane.Snapshot, svc *dataplane.Service, backends []*dataplane.Backend, workers []QueueStats, now int64) ServiceReport {
 	sr := ServiceReport{Name: svc.Name, ID: svc.ID, Side: svc.Side.String(), Why: svc.EligibleWhy,
-		Fingerprint: snap.Fingerprint(svc), Weighted: svc.Weighted, Eligible: []string{}, Backends: []BackendReport{}}
+		Fingerprint: svc.Fingerprint, Weighted: svc.Weighted, Eligible: []string{}, Backends: []BackendReport{}}
 	for _, w := range workers {
 		if w.Stats == nil {
 			continue

@@ -88,7 +88,7 @@ func writeBGP(tw io.Writer, b *BGPReport) {
 		if v.Announced {
 			ann = "yes"
 			if v.GracefulShutdown {
-				ann, why = "yes", "graceful shutdown community (withdrawal follows)"
+				why = "graceful shutdown community (withdrawal follows)"
 			}
 		}
 		nh := "-"

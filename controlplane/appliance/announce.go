@@ -126,12 +126,21 @@ type announcer struct {
 	// checked is closed once every backend has a first health verdict.
 	checked <-chan struct{}
 
-	mu       sync.Mutex
-	cfg      *config.Config
-	st       announceState
-	drainAt  time.Time // when the node drain began
-	stopped  bool      // shutting down: nothing is announced again
-	lastErr  string
+	mu      sync.Mutex
+	cfg     *config.Config
+	st      announceState
+	drainAt time.Time // when the node drain began
+	stopped bool      // shutting down: nothing is announced again
+	lastErr string
+	// last is what the latest successful apply decided from: while the
+	// snapshot, the configuration and the state stay the same, a tick has
+	// nothing to compute (with 20,000 VIPs that is most of its cost).
+	last struct {
+		snap *dataplane.Snapshot
+		cfg  *config.Config
+		st   announceState
+		ok   bool
+	}
 	kick     chan struct{}
 	nodeDown atomic.Bool // for Status
 }
@@ -179,8 +188,13 @@ func (a *announcer) apply() {
 	}
 	st := a.st
 	st.gshut = st.drained && !a.drainAt.IsZero() && time.Since(a.drainAt) < a.settle()
-	err := a.sp.SetVIPs(wantVIPs(configVIPs(a.cfg), st, eligibleVIPs(a.snapshot())))
+	snap := a.snapshot()
+	if a.last.ok && a.last.snap == snap && a.last.cfg == a.cfg && a.last.st == st {
+		return
+	}
+	err := a.sp.SetVIPs(wantVIPs(configVIPs(a.cfg), st, eligibleVIPs(snap)))
 	a.logErr(err)
+	a.last.snap, a.last.cfg, a.last.st, a.last.ok = snap, a.cfg, st, err == nil
 }
 
 // logErr logs a failure of the speaker once per distinct message.

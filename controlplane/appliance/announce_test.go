@@ -212,6 +212,11 @@ func TestAnnouncer(t *testing.T) {
 	if !announced(vipA) || !announced(vipB) {
 		t.Fatalf("after the first round: %+v", sp.last())
 	}
+	calls := len(sp.vips)
+	a.apply()
+	if len(sp.vips) != calls {
+		t.Error("a tick with nothing changed handed the speaker the routes again")
+	}
 
 	r.Health("b2", false)
 	a.apply()
@@ -262,7 +267,7 @@ func TestAnnouncer(t *testing.T) {
 		t.Errorf("neighbors after the reload: %+v", n)
 	}
 
-	calls := len(sp.vips)
+	calls = len(sp.vips)
 	a.shutdown(t.Context())
 	if len(sp.gshut) != 1 || sp.gshut[0] != time.Second {
 		t.Errorf("shutdown: graceful shutdowns %v, want one with a 1 s settle", sp.gshut)

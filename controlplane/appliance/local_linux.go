@@ -54,21 +54,40 @@ func localOf(res *neigh.Resolver, cfg *config.Config, link netlink.Link, log *za
 			}
 		}
 	}
-	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		addrs, err := netlink.AddrList(link, fam)
-		if err != nil {
-			log.Warn("listing the interface's addresses (IPIP/GUE need an outer source)", zap.Error(err))
-			continue
-		}
-		for _, a := range addrs {
-			ip, ok := netip.AddrFromSlice(a.IP)
-			const unusable = unix.IFA_F_TENTATIVE | unix.IFA_F_DADFAILED | unix.IFA_F_DEPRECATED
-			if ok && a.Scope == unix.RT_SCOPE_UNIVERSE && a.Flags&unusable == 0 {
-				set(ip)
-			}
+	v4, v6, err := interfaceAddrs(link)
+	if err != nil {
+		log.Warn("listing the interface's addresses (IPIP/GUE need an outer source)", zap.Error(err))
+	}
+	for _, ip := range []netip.Addr{v4, v6} {
+		if ip.IsValid() {
+			set(ip)
 		}
 	}
 	return l
+}
+
+// interfaceAddrs are link's first usable global addresses of each family
+// (zero where it has none): the outer source of encapsulation where no
+// route names one, and the BGP next hops.
+func interfaceAddrs(link netlink.Link) (v4, v6 netip.Addr, err error) {
+	addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return v4, v6, err
+	}
+	const unusable = unix.IFA_F_TENTATIVE | unix.IFA_F_DADFAILED | unix.IFA_F_DEPRECATED
+	for _, a := range addrs {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok || a.Scope != unix.RT_SCOPE_UNIVERSE || a.Flags&unusable != 0 {
+			continue
+		}
+		ip = ip.Unmap()
+		if ip.Is4() && !v4.IsValid() {
+			v4 = ip
+		} else if ip.Is6() && !v6.IsValid() {
+			v6 = ip
+		}
+	}
+	return v4, v6, nil
 }
 
 // waitNeighbours waits up to neighbourWait for the backends' MACs and logs

@@ -426,28 +426,6 @@ func (s *stack) startBGP() error {
 	return nil
 }
 
-// interfaceAddrs are link's first global unicast IPv4 and IPv6 addresses
-// (zero when it has none of a family).
-func interfaceAddrs(link netlink.Link) (v4, v6 netip.Addr, err error) {
-	addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
-	if err != nil {
-		return v4, v6, err
-	}
-	for _, a := range addrs {
-		ip, ok := netip.AddrFromSlice(a.IP)
-		if !ok || !ip.Unmap().IsGlobalUnicast() {
-			continue
-		}
-		ip = ip.Unmap()
-		if ip.Is4() && !v4.IsValid() {
-			v4 = ip
-		} else if ip.Is6() && !v6.IsValid() {
-			v6 = ip
-		}
-	}
-	return v4, v6, nil
-}
-
 // resolverWants gives the resolver a configuration's backends.
 type resolverWants struct{ res *neigh.Resolver }
 

@@ -67,12 +67,12 @@ func (e *Encap) Overhead() int {
 // ErrTruncated when p does not describe an IP packet inside buf.
 func Encapsulate(buf []byte, off int, p *Parsed, e *Encap, maxLen int) (newOff, newLen int, err error) {
 	l3 := p.L3Off
-	var innerProto uint8
+	var innerProto Proto
 	switch p.IPVersion {
 	case 4:
-		innerProto = uint8(ProtoIPIP)
+		innerProto = ProtoIPIP
 	case 6:
-		innerProto = uint8(ProtoIPv6)
+		innerProto = ProtoIPv6
 	default:
 		return 0, 0, ErrNotIP
 	}
@@ -107,7 +107,7 @@ func Encapsulate(buf []byte, off int, p *Parsed, e *Encap, maxLen int) (newOff, 
 	eth := out[:l3]
 	nextProto := innerProto
 	if e.GUE {
-		nextProto = uint8(ProtoUDP)
+		nextProto = ProtoUDP
 	}
 	tos := trafficClass(inner, p.IPVersion)
 	// The new headers overlap the old Ethernet header: the VLAN tags move
@@ -209,7 +209,7 @@ func writeEthernet(eth, tags []byte, dst, src [6]byte, etherType uint16) {
 // writeIPv4Header writes the outer IPv4 header (no options) from e into ip:
 // total length totalLen, flags (ipv4FlagDF or 0; fragment offset 0),
 // protocol proto, checksum 0 (see putIPv4Checksum).
-func writeIPv4Header(ip []byte, e *Encap, tos uint8, totalLen, flags uint16, proto uint8) {
+func writeIPv4Header(ip []byte, e *Encap, tos uint8, totalLen, flags uint16, proto Proto) {
 	_ = ip[IPv4MinLen-1] // one bounds check for the whole header
 	ip[ipv4VerIHLOff] = ipv4VerIHL
 	ip[ipv4TOSOff] = tos
@@ -217,7 +217,7 @@ func writeIPv4Header(ip []byte, e *Encap, tos uint8, totalLen, flags uint16, pro
 	binary.BigEndian.PutUint16(ip[ipv4IDOff:], e.IPID)
 	binary.BigEndian.PutUint16(ip[ipv4FlagsOff:], flags)
 	ip[ipv4TTLOff] = outerTTL
-	ip[ipv4ProtoOff] = proto
+	ip[ipv4ProtoOff] = uint8(proto)
 	binary.BigEndian.PutUint16(ip[ipv4ChecksumOff:], 0)
 	copy(ip[ipv4SrcOff:ipv4DstOff], e.OuterSrc[mapped4Off:])
 	copy(ip[ipv4DstOff:IPv4MinLen], e.OuterDst[mapped4Off:])
@@ -231,12 +231,12 @@ func putIPv4Checksum(ip []byte) {
 
 // writeIPv6Header writes the outer IPv6 header from e into ip: payload
 // length payloadLen, next header proto, e.FlowHash as the flow label.
-func writeIPv6Header(ip []byte, e *Encap, tos uint8, payloadLen uint16, proto uint8) {
+func writeIPv6Header(ip []byte, e *Encap, tos uint8, payloadLen uint16, proto Proto) {
 	_ = ip[IPv6FixedLen-1] // one bounds check for the whole header
 	word := ipv6Version | uint32(tos)<<ipv6ClassShift | e.FlowHash&ipv6FlowLabelMask
 	binary.BigEndian.PutUint32(ip[ipv6VerClassFlowOff:], word)
 	binary.BigEndian.PutUint16(ip[ipv6PayloadLenOff:], payloadLen)
-	ip[ipv6NextHeaderOff] = proto
+	ip[ipv6NextHeaderOff] = uint8(proto)
 	ip[ipv6HopLimitOff] = outerTTL
 	copy(ip[ipv6SrcOff:ipv6DstOff], e.OuterSrc[:])
 	copy(ip[ipv6DstOff:IPv6FixedLen], e.OuterDst[:])
@@ -260,10 +260,10 @@ func writeUDPHeader(udp []byte, srcPort, dstPort, length uint16) {
 
 // writeGUEHeader writes a GUE header (version 0, no options, no flags)
 // carrying proto, the inner packet's IP protocol number, into gue.
-func writeGUEHeader(gue []byte, proto uint8) {
+func writeGUEHeader(gue []byte, proto Proto) {
 	_ = gue[GUEHeaderLen-1] // one bounds check for the whole header
 	gue[gueVerFlagsHlenOff] = 0
-	gue[gueProtoOff] = proto
+	gue[gueProtoOff] = uint8(proto)
 	binary.BigEndian.PutUint16(gue[gueFlagsOff:], 0)
 }
 

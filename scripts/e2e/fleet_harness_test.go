@@ -477,48 +477,13 @@ func (f *fleet) diagnostics() string {
 // --- traffic ---------------------------------------------------------------------
 
 // longConn is a long-lived kept-alive HTTP connection from the client to a
-// VIP, asking every 100 ms (each answer within 10 s, so a connection waits
-// out TCP's retransmissions while its route changes) until stopped or its
-// first failure.
+// VIP (a keptConn whose answers may take 10 s, so that it waits out TCP's
+// retransmissions while its route changes), asking every 100 ms until
+// stopped or its first failure; its backend is the one of its first
+// answer, which xlb explain predicts.
 type longConn struct {
+	keptConn
 	local, remote netip.AddrPort
-	backend       string // of its first answer, which xlb explain predicts
-
-	mu      sync.Mutex
-	answers int
-	last    time.Time // of the latest answer
-	failAt  time.Time // of its first failure (zero: none); the connection is closed then
-	failErr error
-	movedAt time.Time // of its first answer from another backend (zero: none)
-	moved   string
-}
-
-func (c *longConn) run(hc *testbed.HTTPConn, stop <-chan struct{}) {
-	defer hc.Close()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
-		r, err := hc.Get("/", 10*time.Second)
-		now := time.Now()
-		c.mu.Lock()
-		if err == nil && r.Status != 200 {
-			err = fmt.Errorf("status %d", r.Status)
-		}
-		if err != nil {
-			c.failAt, c.failErr = now, err
-			c.mu.Unlock()
-			return
-		}
-		if r.Backend != c.backend && c.moved == "" {
-			c.moved, c.movedAt = r.Backend, now
-		}
-		c.answers++
-		c.last = now
-		c.mu.Unlock()
-	}
 }
 
 // attempt is one new connection of the steady stream: connect, GET, answer.
@@ -590,7 +555,8 @@ func (tr *traffic) open(t *testing.T, n int) []*longConn {
 				errs[i] = fmt.Errorf("first request: %w", err)
 				return
 			}
-			conns[i] = &longConn{local: netip.MustParseAddrPort(hc.LocalAddr().String()), remote: dst, backend: r.Backend}
+			conns[i] = &longConn{keptConn: keptConn{backend: r.Backend, timeout: 10 * time.Second},
+				local: netip.MustParseAddrPort(hc.LocalAddr().String()), remote: dst}
 			hcs[i] = hc
 		})
 	}
@@ -693,11 +659,9 @@ func (tr *traffic) settle(t *testing.T, conns []*longConn, since time.Time) {
 	for {
 		waiting := 0
 		for _, c := range conns {
-			c.mu.Lock()
-			if c.failAt.IsZero() && !c.last.After(since) {
+			if !c.answeredSince(since, 1) {
 				waiting++
 			}
-			c.mu.Unlock()
 		}
 		if waiting == 0 {
 			return
@@ -731,7 +695,7 @@ func answers(conns []*longConn) int {
 	n := 0
 	for _, c := range conns {
 		c.mu.Lock()
-		n += c.answers
+		n += len(c.ok)
 		c.mu.Unlock()
 	}
 	return n

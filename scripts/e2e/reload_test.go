@@ -67,10 +67,12 @@ backend_service = "web"
 // keptConn is a kept-alive connection asking every 100 ms until stopped
 // or its first failure.
 type keptConn struct {
-	backend string // of its first answer
+	backend string        // of its first answer
+	timeout time.Duration // for each answer; 0: 1 s
 	mu      sync.Mutex
 	ok      []time.Time // answers
 	moved   string      // an answer from another backend
+	movedAt time.Time   // of the first such answer (zero: none)
 	failAt  time.Time   // its first failure (zero: none)
 	failErr error
 }
@@ -112,20 +114,25 @@ func (k *keptConn) run(c *testbed.HTTPConn, stop <-chan struct{}) {
 			return
 		case <-time.After(100 * time.Millisecond):
 		}
-		r, err := c.Get("/", time.Second)
+		timeout := k.timeout
+		if timeout == 0 {
+			timeout = time.Second
+		}
+		r, err := c.Get("/", timeout)
+		now := time.Now()
 		k.mu.Lock()
 		if err == nil && r.Status != 200 {
 			err = fmt.Errorf("status %d", r.Status)
 		}
 		if err != nil {
-			k.failAt, k.failErr = time.Now(), err
+			k.failAt, k.failErr = now, err
 			k.mu.Unlock()
 			return
 		}
 		if r.Backend != k.backend && k.moved == "" {
-			k.moved = r.Backend
+			k.moved, k.movedAt = r.Backend, now
 		}
-		k.ok = append(k.ok, time.Now())
+		k.ok = append(k.ok, now)
 		k.mu.Unlock()
 	}
 }
