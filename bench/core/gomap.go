@@ -147,7 +147,7 @@ func timeMap(m map[conntrack.Key]mapEntry, keys []conntrack.Key, dur time.Durati
 	runtime.ReadMemStats(&m1)
 	mapSink += sum
 	if miss > 0 {
-		return Lookup{}, fmt.Errorf("Go map lookups: %d of %d missed", miss, n)
+		return Lookup{}, fmt.Errorf("lookups in the Go map: %d of %d missed", miss, n)
 	}
 	return Lookup{Keys: len(keys), Lookups: n, NsPer: float64(wall.Nanoseconds()) / float64(n),
 		CPUNsPer: float64(cpu.Nanoseconds()) / float64(n), Allocs: m1.Mallocs - m0.Mallocs}, nil
