@@ -314,7 +314,7 @@ func Run(o Options) (*Result, error) {
 		case stepCompare:
 			c, err := measureCompare(b, st.flows, o.CompareRounds, st.c, getSet, o.Duration)
 			if err != nil {
-				return nil, fmt.Errorf("Go map comparison, %s flows: %w", count(st.flows), err)
+				return nil, fmt.Errorf("comparison with the Go map, %s flows: %w", count(st.flows), err)
 			}
 			res.Compares = append(res.Compares, c)
 		case stepLookup:

@@ -115,10 +115,6 @@ func measureCompare(b *bed, flowsN, rounds int, c caseKey, getSet func(caseKey) 
 	return cmp, nil
 }
 
-// mapSink keeps the Go map's results live, so that the compiler cannot drop
-// the lookups.
-var mapSink uint64
-
 // timeMap is timeLookups for the Go map: one lookup per key, round-robin,
 // each result consumed.
 func timeMap(m map[conntrack.Key]mapEntry, keys []conntrack.Key, dur time.Duration) (Lookup, error) {
@@ -145,7 +141,7 @@ func timeMap(m map[conntrack.Key]mapEntry, keys []conntrack.Key, dur time.Durati
 	}
 	wall, cpu := time.Since(t0), threadCPU()-cpu0
 	runtime.ReadMemStats(&m1)
-	mapSink += sum
+	runtime.KeepAlive(sum) // the values are used: the lookups cannot be dropped
 	if miss > 0 {
 		return Lookup{}, fmt.Errorf("lookups in the Go map: %d of %d missed", miss, n)
 	}
