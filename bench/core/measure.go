@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"xlb/dataplane"
@@ -62,6 +63,9 @@ func (r *run) measure() (sample, error) {
 		snap = r.bed.eng.Load()
 	}
 	res := make([]workerResult, n)
+	var m0, m1 runtime.MemStats
+	var finishing atomic.Int32
+	finishing.Store(int32(n))
 	var ready, done sync.WaitGroup
 	start := make(chan struct{})
 	ready.Add(n)
@@ -97,6 +101,13 @@ func (r *run) measure() (sample, error) {
 				el := time.Since(epoch)
 				if el >= end && pkts > 0 {
 					res[w] = workerResult{pkts: pkts, wall: el - t0, cpu: threadCPU() - cpu0}
+					// The last worker to finish closes the allocation
+					// window, still on its locked thread: what the runtime
+					// does once the workers exit (a thread to run the
+					// waiting goroutine) is not theirs.
+					if finishing.Add(-1) == 0 {
+						runtime.ReadMemStats(&m1)
+					}
 					return
 				}
 				pkts += uint64(poll(1000 + el.Milliseconds()))
@@ -118,7 +129,6 @@ func (r *run) measure() (sample, error) {
 	// workers hold theirs, locked), and creating one allocates in the
 	// runtime; the second finds it parked. What is counted is then the
 	// workers' own.
-	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	runtime.ReadMemStats(&m0)
 	if r.onStart != nil {
@@ -126,7 +136,6 @@ func (r *run) measure() (sample, error) {
 	}
 	close(start)
 	done.Wait()
-	runtime.ReadMemStats(&m1)
 
 	var s sample
 	for w := range n {
