@@ -273,7 +273,8 @@ func (s *stack) healthChecks() error {
 		s.log.Info("health checks stopped")
 	})
 	s.log.Info("health checks started", zap.Int("targets", len(targets)),
-		zap.Int("max_concurrent", healthcheck.DefaultMaxConcurrent))
+		zap.Int("max_concurrent", healthcheck.DefaultMaxConcurrent),
+		zap.Int("max_concurrent_failing", healthcheck.DefaultMaxConcurrentFailing))
 	return nil
 }
 
