@@ -6,9 +6,11 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -284,13 +286,15 @@ func TestReloadCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A stand-in for xlb run: its command line has "run", and it records
-	// each SIGHUP.
+	// each SIGHUP (see hupStandIn).
 	got := filepath.Join(dir, "hups")
-	proc := exec.Command("sh", "-c", `trap 'echo hup >> "$0"' HUP; while :; do sleep 0.05; done`, got, "run")
+	proc := exec.Command(os.Args[0], "run")
+	proc.Env = append(os.Environ(), hupStandInEnv+"="+got)
 	if err := proc.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = proc.Process.Kill(); _ = proc.Wait() })
+	waitFile(t, got, "ready\n")
 	pidfile := filepath.Join(dir, "xlb.pid")
 	if err := os.WriteFile(pidfile, []byte(strconv.Itoa(proc.Process.Pid)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -321,20 +325,50 @@ func TestReloadCommand(t *testing.T) {
 	o = xlb("reload", "-c", good, "--pidfile", filepath.Join(dir, "none.pid"))
 	o.wantCode(t, 1)
 
-	time.Sleep(100 * time.Millisecond) // the trap is set
 	o = xlb("reload", "-c", good, "--pidfile", pidfile)
 	o.wantCode(t, 0)
 	if !strings.Contains(o.stdout, "sent SIGHUP") {
 		t.Errorf("stdout %q", o.stdout)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	waitFile(t, got, "ready\nhup\n")
+}
+
+// hupStandInEnv names the file a re-executed test binary records SIGHUPs
+// in, as the stand-in for `xlb run` (TestMain). A Go process, not a shell:
+// a shell started with SIGHUP ignored (the test run under nohup) cannot
+// trap it, where signal.Notify takes it back.
+const hupStandInEnv = "XLB_TEST_HUP_STANDIN"
+
+// hupStandIn writes "ready" to file once it takes SIGHUP, then "hup" for
+// each one, until it is killed.
+func hupStandIn(file string) {
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	record := func(line string) {
+		f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			os.Exit(3)
+		}
+		_, _ = f.WriteString(line + "\n")
+		_ = f.Close()
+	}
+	record("ready")
+	for range hups {
+		record("hup")
+	}
+}
+
+// waitFile waits (up to 10 s) until file holds exactly want.
+func waitFile(t *testing.T, file, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
 	for {
-		b, _ := os.ReadFile(got)
-		if string(b) == "hup\n" {
-			break
+		b, _ := os.ReadFile(file)
+		if string(b) == want {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the process recorded %q, want one SIGHUP", b)
+			t.Fatalf("%s holds %q, want %q", file, b, want)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
