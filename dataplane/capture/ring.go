@@ -47,11 +47,11 @@ type record struct {
 // Ring is one worker's queue of copies: the worker writes, a Session reads.
 // Slots have room for SnapLen bytes as received and as sent.
 type Ring struct {
-	queue   int
-	filter  Filter
-	snap    int
-	recs    []record
-	data    []byte // slot i: rx at i*2*snap, tx at i*2*snap+snap
+	queue     int
+	filter    Filter
+	snap      int
+	recs      []record
+	data      []byte  // slot i: rx at i*2*snap, tx at i*2*snap+snap
 	staged    []byte  // the batch's frames as received, snap each
 	stagedLen []int32 // their lengths as received
 	matched   []bool  // per batch frame: copied in Before
@@ -76,8 +76,8 @@ func NewRing(queue, slots, snap, batch int, f Filter) *Ring {
 	}
 	return &Ring{
 		queue: queue, filter: f, snap: snap,
-		recs:    make([]record, slots),
-		data:    make([]byte, slots*2*snap),
+		recs:      make([]record, slots),
+		data:      make([]byte, slots*2*snap),
 		staged:    make([]byte, batch*snap),
 		stagedLen: make([]int32, batch),
 		matched:   make([]bool, batch),
