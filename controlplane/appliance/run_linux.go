@@ -357,7 +357,12 @@ func (s *stack) serveAdmin() error {
 	if s.ann != nil {
 		rl.fleet = s.ann
 	}
-	s.a.cur.Store(&running{cp: s.cp, ct: s.ct, workers: workers, now: worker.NowMs, runtime: s.runtime, rl: rl, ann: s.ann})
+	capt := &capturer{engine: s.engine}
+	for _, q := range s.queues {
+		capt.workers = append(capt.workers, q.worker)
+	}
+	s.a.cur.Store(&running{cp: s.cp, ct: s.ct, workers: workers, now: worker.NowMs, runtime: s.runtime, rl: rl, ann: s.ann,
+		capture: capt})
 	s.undo = append(s.undo, func() { s.a.cur.Store(nil) })
 	listen := s.cfg.Admin.Listen
 	collectors := []prometheus.Collector{s.a.health}
