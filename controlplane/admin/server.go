@@ -38,17 +38,17 @@ type Limits struct {
 	// TCPConns and SocketConns are the connections each listener holds at
 	// most; one over the limit is closed as soon as it is accepted.
 	TCPConns, SocketConns int
+	// HeaderTimeout bounds the wait for a request's header, whole.
+	HeaderTimeout time.Duration
 }
 
 // DefaultLimits are the limits of a process whose descriptor limit is
 // large (ConnLimits says how they shrink).
-var DefaultLimits = Limits{TCPConns: 256, SocketConns: 64}
+var DefaultLimits = Limits{TCPConns: 256, SocketConns: 64, HeaderTimeout: 5 * time.Second}
 
 // Request bounds of both listeners: a header must arrive whole within
-// readHeaderTimeout and fit maxHeaderBytes; no endpoint takes a body.
+// Limits.HeaderTimeout and fit maxHeaderBytes; no endpoint takes a body.
 const (
-	readHeaderTimeout = 5 * time.Second
-	readTimeout       = 10 * time.Second
 	// writeTimeout leaves a /debug/pprof/profile of up to 25 s room.
 	writeTimeout   = 30 * time.Second
 	idleTimeout    = 30 * time.Second
@@ -117,6 +117,9 @@ func New(opts Options, src Source, log *zap.Logger, extra ...prometheus.Collecto
 	if opts.Limits.SocketConns <= 0 {
 		opts.Limits.SocketConns = DefaultLimits.SocketConns
 	}
+	if opts.Limits.HeaderTimeout <= 0 {
+		opts.Limits.HeaderTimeout = DefaultLimits.HeaderTimeout
+	}
 
 	reg := prometheus.NewRegistry()
 	cs := append([]prometheus.Collector{
@@ -148,27 +151,27 @@ func New(opts Options, src Source, log *zap.Logger, extra ...prometheus.Collecto
 	for _, op := range operations(src) {
 		tcp.HandleFunc(op.path, refuseOnTCP(op.path, opts.Socket))
 	}
-	s := &Server{opts: opts, log: log, tcp: newHTTPServer(tcp, log)}
+	s := &Server{opts: opts, log: log, tcp: newHTTPServer(tcp, opts.Limits.HeaderTimeout, log)}
 	if opts.Socket != "" {
 		unix := http.NewServeMux()
 		readOnly(unix, src, metrics, log)
 		for _, op := range operations(src) {
 			unix.HandleFunc("POST "+op.path, op.handle)
 		}
-		s.unix = newHTTPServer(peerChecked(unix), log)
+		s.unix = newHTTPServer(peerChecked(unix), opts.Limits.HeaderTimeout, log)
 		s.unix.ConnContext = withPeer
 	}
 	return s, nil
 }
 
 // newHTTPServer bounds what one client can hold: a header read whole
-// within readHeaderTimeout and of at most maxHeaderBytes, no body, an idle
+// within headerTimeout and of at most maxHeaderBytes, no body, an idle
 // connection closed after idleTimeout.
-func newHTTPServer(h http.Handler, log *zap.Logger) *http.Server {
+func newHTTPServer(h http.Handler, headerTimeout time.Duration, log *zap.Logger) *http.Server {
 	return &http.Server{
 		Handler:           noBody(h),
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
+		ReadHeaderTimeout: headerTimeout,
+		ReadTimeout:       headerTimeout,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
