@@ -26,4 +26,3 @@ func peerUID(c net.Conn) (uint32, bool) {
 	}
 	return cred.Uid, true
 }
-
