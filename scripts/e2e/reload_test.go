@@ -37,6 +37,7 @@ conntrack_capacity = 65536
 
 [admin]
 listen = "127.0.0.1:9110"
+socket = %q
 
 [[health_check]]
 name = "hc"
@@ -61,7 +62,7 @@ ip_address = %q
 ip_protocol = "TCP"
 ports = ["%d"]
 backend_service = "web"
-`, b.LB.Iface, int(reloadDrain/time.Second), strings.Join(eps, ", "), testbed.VIP4, testbed.HTTPPort)
+`, b.LB.Iface, adminSocket(b.LB.NS), int(reloadDrain/time.Second), strings.Join(eps, ", "), testbed.VIP4, testbed.HTTPPort)
 }
 
 // keptConn is a kept-alive connection asking every 100 ms until stopped
