@@ -314,6 +314,30 @@ func procCaps(t *testing.T, path string) map[string]uint64 {
 	return caps
 }
 
+// tryAsNobody runs tryChild in n and returns what it saw.
+func tryAsNobody(t *testing.T, n *runNS, sock string) tryResult {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command(self)
+	child.Env = append(os.Environ(), tryEnv+"="+sock)
+	var out, errb bytes.Buffer
+	child.Stdout, child.Stderr = &out, &errb
+	if err := n.start(child); err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Wait(); err != nil {
+		t.Fatalf("child: %v\n%s", err, errb.String())
+	}
+	var r tryResult
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("child said %q: %v", out.String(), err)
+	}
+	return r
+}
+
 // forwards sends a UDP frame to vip from the peer and reports whether it
 // came back out rewritten for be1 (L2 DSR: be1's MAC).
 func forwards(t *testing.T, n *runNS, ps *packetSocket, vip string, sport uint16) bool {
@@ -354,8 +378,8 @@ func forwards(t *testing.T, n *runNS, ps *packetSocket, vip string, sport uint16
 //     sets, nothing inheritable or ambient.
 //   - Unprivileged: uid 65534 gets 403 for POST /drain and /drain-node on
 //     the TCP listener (also a browser-like text/plain POST with a foreign
-//     Origin and Host: 413), and EACCES connecting to the socket; nothing
-//     is drained. Root drains and undrains through the socket with `xlb
+//     Origin and Host: 413), and EACCES connecting to the socket, or 403
+//     from its peer check were its mode loosened; nothing is drained. Root drains and undrains through the socket with `xlb
 //     drain`.
 //   - Slow connections: while uid 65534 holds 20,000 connections to the
 //     TCP listener, each with a header begun and never finished, xlb holds
@@ -469,26 +493,20 @@ func TestRun_LeastPrivilege(t *testing.T) {
 	})
 
 	t.Run("Unprivileged", func(t *testing.T) {
-		self, err := os.Executable()
-		if err != nil {
-			t.Fatal(err)
-		}
-		child := exec.Command(self)
-		child.Env = append(os.Environ(), tryEnv+"="+sock)
-		var out, errb bytes.Buffer
-		child.Stdout, child.Stderr = &out, &errb
-		if err := n.start(child); err != nil {
-			t.Fatal(err)
-		}
-		if err := child.Wait(); err != nil {
-			t.Fatalf("child: %v\n%s", err, errb.String())
-		}
-		var r tryResult
-		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-			t.Fatalf("child said %q: %v", out.String(), err)
-		}
+		r := tryAsNobody(t, n, sock)
 		if r.UID != nobody || r.TCPDrain != 403 || r.TCPNode != 403 || r.TCPCSRF != 413 || r.SocketDial != "EACCES" || r.SocketCode != 0 {
 			t.Errorf("as uid 65534: %+v; want uid 65534, 403 for /drain and /drain-node on TCP, 413 for the text/plain POST, EACCES on the socket", r)
+		}
+		// Were the socket's mode loosened, its peer check still refuses.
+		if err := os.Chmod(sock, 0o666); err != nil {
+			t.Fatal(err)
+		}
+		r = tryAsNobody(t, n, sock)
+		if err := os.Chmod(sock, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if r.SocketDial != "" || r.SocketCode != 403 {
+			t.Errorf("as uid 65534 on a socket made 0666: %+v; want it connected and refused with 403", r)
 		}
 		if st := socketStatus(t, sock); len(st.Services[0].Eligible) != 1 {
 			t.Fatalf("eligible %v after the unprivileged attempts, want be1", st.Services[0].Eligible)
