@@ -213,6 +213,8 @@ func restartNeeded(old, cfg *config.Config) error {
 	diff("dataplane.ring_size", a.RingSize == b.RingSize)
 	diff("dataplane.conntrack_capacity", a.ConntrackCapacity == b.ConntrackCapacity)
 	diff("admin.listen", old.Admin.Listen == cfg.Admin.Listen)
+	diff("admin.socket", old.Admin.Socket == cfg.Admin.Socket)
+	diff("admin.pprof", old.Admin.Pprof == cfg.Admin.Pprof)
 	for _, f := range config.BGPRestartFields(old.BGP, cfg.BGP) {
 		diff(f, false)
 	}
