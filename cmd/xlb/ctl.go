@@ -149,16 +149,22 @@ func fleetStatus(addrs []string, stdout io.Writer) error {
 	return err
 }
 
-// cmdReload is `xlb reload -c FILE (--pid PID | --pidfile FILE)`: the file
-// is validated here first, so an invalid one is reported to the operator
-// and nothing is sent; then the running xlb gets SIGHUP and reloads the
-// file it was started with. The process is named by a pid file that `xlb
-// run --pidfile` writes (or a pid), and must be an `xlb run`.
+// cmdReload is `xlb reload -c FILE [--socket PATH] [--allow-empty]`, or
+// with `--pid PID | --pidfile FILE` by SIGHUP: the file is validated here
+// first, so an invalid one is reported to the operator and nothing is
+// sent. Through the admin socket (the file's [admin] socket, or --socket)
+// the running xlb reloads the file it was started with at once and the
+// answer is the outcome; --allow-empty lets a file without any forwarding
+// rule apply (refused otherwise: every VIP would stop). By SIGHUP the
+// process is named by a pid file that `xlb run --pidfile` writes (or a
+// pid), must be an `xlb run`, and the outcome is in its log and /status.
 func cmdReload(args []string, stdout io.Writer) error {
 	fs := newFlags("reload")
 	path := fs.String("c", "", "configuration file to validate (the one xlb run was started with)")
-	pid := fs.Int("pid", 0, "process id of xlb run")
-	pidfile := fs.String("pidfile", "", "file that xlb run --pidfile wrote")
+	sock := fs.String("socket", "", "admin socket path (default: [admin] socket of -c FILE)")
+	allowEmpty := fs.Bool("allow-empty", false, "apply a file without any forwarding rule (every VIP stops)")
+	pid := fs.Int("pid", 0, "process id of xlb run: reload by SIGHUP instead of the socket")
+	pidfile := fs.String("pidfile", "", "file that xlb run --pidfile wrote: reload by SIGHUP instead of the socket")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -168,8 +174,12 @@ func cmdReload(args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("xlb reload: unexpected argument %q (%w)", fs.Arg(0), errUsage)
 	}
-	if (*pid == 0) == (*pidfile == "") {
+	bySignal := *pid != 0 || *pidfile != ""
+	switch {
+	case *pid != 0 && *pidfile != "":
 		return fmt.Errorf("xlb reload: give one of --pid PID or --pidfile FILE (%w)", errUsage)
+	case bySignal && (*sock != "" || *allowEmpty):
+		return fmt.Errorf("xlb reload: --socket and --allow-empty go through the admin socket, not SIGHUP (--pid, --pidfile) (%w)", errUsage)
 	}
 	cfg, err := config.Load(*path)
 	if err == nil {
@@ -177,6 +187,21 @@ func cmdReload(args []string, stdout io.Writer) error {
 	}
 	if err != nil {
 		return fmt.Errorf("%w\nxlb reload: nothing sent", err)
+	}
+	if !bySignal {
+		if *sock == "" {
+			*sock = cfg.Admin.Socket
+		}
+		q := ""
+		if *allowEmpty {
+			q = "?allow_empty=1"
+		}
+		body, err := admin.CallSocket(http.MethodPost, *sock, "/reload"+q)
+		if err != nil {
+			return fmt.Errorf("xlb reload: %w", err)
+		}
+		_, err = stdout.Write(body)
+		return err
 	}
 	if *pidfile != "" {
 		if *pid, err = appliance.ReadPidFile(*pidfile); err != nil {

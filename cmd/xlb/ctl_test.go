@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,6 +40,18 @@ var ctlConfig = func() string {
 type ctlSources struct {
 	rig *cptest.Rig
 	bgp *admin.BGPReport // nil: no [bgp]
+	// reloads records ReloadNow's allowEmpty; refuseEmpty makes it refuse
+	// without it, as the appliance does for a file without rules.
+	reloads     []bool
+	refuseEmpty bool
+}
+
+func (s *ctlSources) ReloadNow(allowEmpty bool) error {
+	s.reloads = append(s.reloads, allowEmpty)
+	if s.refuseEmpty && !allowEmpty {
+		return appliance.ErrEmpty
+	}
+	return nil
 }
 
 func (s *ctlSources) Status() *admin.Report {
@@ -321,8 +334,9 @@ func TestReloadCommand(t *testing.T) {
 	}
 
 	xlb("reload", "--pidfile", pidfile).wantCode(t, 2)
-	xlb("reload", "-c", good).wantCode(t, 2)
 	xlb("reload", "-c", good, "--pid", "1", "--pidfile", pidfile).wantCode(t, 2)
+	xlb("reload", "-c", good, "--allow-empty", "--pidfile", pidfile).wantCode(t, 2)
+	xlb("reload", "-c", good, "--socket", "/x.sock", "--pid", "1").wantCode(t, 2)
 	o := xlb("reload", "-c", bad, "--pidfile", pidfile)
 	o.wantCode(t, 1)
 	if !strings.Contains(o.stderr, "bad.toml") || !strings.Contains(o.stderr, "nothing sent") {
@@ -398,4 +412,43 @@ func ctlConfigFile(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestReloadThroughSocket: without --pid or --pidfile, `xlb reload`
+// validates the file, then has the running xlb reload now through the
+// admin socket and prints the outcome: a refusal (here a file without
+// rules) is exit 1 with the reason; --allow-empty is handed on; an
+// invalid file sends nothing.
+func TestReloadThroughSocket(t *testing.T) {
+	_, src, _, sock := startAdminBGP(t, nil)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.toml")
+	if err := os.WriteFile(good, []byte(ctlConfig+"\n[dataplane]\ninterface = \"eth0\"\n[admin]\nsocket = \""+sock+"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := xlb("reload", "-c", good)
+	o.wantCode(t, 0)
+	if o.stdout != "reloaded\n" {
+		t.Errorf("reload: stdout %q", o.stdout)
+	}
+	src.refuseEmpty = true
+	o = xlb("reload", "-c", good, "--socket", sock)
+	o.wantCode(t, 1)
+	if !strings.Contains(o.stderr, "reload refused") || !strings.Contains(o.stderr, "--allow-empty") {
+		t.Errorf("refused reload: stderr %q", o.stderr)
+	}
+	xlb("reload", "-c", good, "--allow-empty").wantCode(t, 0)
+	bad := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(bad, []byte("[dataplane]\ninterface = 7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	xlb("reload", "-c", bad, "--socket", sock).wantCode(t, 1)
+	if want := []bool{false, false, true}; !slices.Equal(src.reloads, want) {
+		t.Errorf("reloads asked %v, want %v (the invalid file sends nothing)", src.reloads, want)
+	}
+	o = xlb("reload", "-c", good, "--socket", filepath.Join(dir, "none.sock"))
+	o.wantCode(t, 1)
+	if !strings.Contains(o.stderr, "is xlb running?") {
+		t.Errorf("no socket: stderr %q", o.stderr)
+	}
 }

@@ -29,8 +29,17 @@ commands:
                                    forward traffic: XDP and AF_XDP on dataplane.interface
                                    (root); logs JSON to stderr, stops on SIGTERM/SIGINT,
                                    reloads the file on SIGHUP
+  reload  -c FILE [--socket PATH] [--allow-empty]
+                                   validate FILE, then have the running xlb reload it now
+                                   through the admin socket and print the outcome
+                                   (--allow-empty: a file without forwarding rules applies)
   reload  -c FILE (--pid PID | --pidfile F)
                                    validate FILE, then SIGHUP the running xlb run
+  capture [--socket PATH | --config FILE] [--vip A] [--backend B] [--verdict V,...]
+          [-c N] [--snap N] [--seconds S] -w FILE
+                                   copy frames from the running xlb's workers into a
+                                   pcapng file (- for stdout), as received and as sent,
+                                   each with its verdict (root)
   drain   [--socket PATH | -c FILE] NAME
                                    take a backend out of service (its flows drain);
                                    through the admin socket (root; PATH: [admin] socket
@@ -72,6 +81,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdReload(args[1:], stdout)
 	case "drain", "undrain":
 		err = cmdDrain(args[0], args[1:], stdout)
+	case "capture":
+		err = cmdCapture(args[1:], stdout, stderr)
 	case "status":
 		err = cmdStatus(args[1:], stdout)
 	case "help", "-h", "--help":

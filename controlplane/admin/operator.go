@@ -46,6 +46,8 @@ func operations(src Source) []operation {
 		{"/undrain", operate(src, true)},
 		{"/drain-node", operateNode(src, true)},
 		{"/undrain-node", operateNode(src, false)},
+		{"/reload", serveReload(src)},
+		{"/capture", serveCapture(src)},
 	}
 }
 

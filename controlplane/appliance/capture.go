@@ -2,27 +2,14 @@ package appliance
 
 import (
 	"context"
-	"errors"
 	"io"
 	"sync/atomic"
 
+	"xlb/controlplane/admin"
 	"xlb/dataplane"
 	"xlb/dataplane/capture"
 	"xlb/dataplane/worker"
 )
-
-// ErrCaptureBusy is returned by Capture while another capture runs: the
-// workers have one ring each.
-var ErrCaptureBusy = errors.New("appliance: a capture is already running")
-
-// CaptureRequest is what `xlb capture` asks for.
-type CaptureRequest struct {
-	Filter capture.Filter
-	Count  int // frames; 0: until ctx ends
-	Snap   int // bytes per frame and direction; 0: capture.DefaultSnapLen
-	// Flush is called after each burst written to the writer.
-	Flush func()
-}
 
 // capturer hands rings to the running workers; one capture at a time.
 type capturer struct {
@@ -33,8 +20,9 @@ type capturer struct {
 
 // Capture copies the frames req selects, from every worker, into w as
 // pcapng (see package capture) until req.Count frames or ctx's end. The
-// workers copy only while it runs.
-func (a *Appliance) Capture(ctx context.Context, req CaptureRequest, w io.Writer) (capture.Stats, error) {
+// workers copy only while it runs; one capture at a time
+// (admin.ErrCaptureBusy).
+func (a *Appliance) Capture(ctx context.Context, req admin.CaptureRequest, w io.Writer) (capture.Stats, error) {
 	r := a.cur.Load()
 	if r == nil || r.capture == nil {
 		return capture.Stats{}, ErrNotRunning
@@ -42,9 +30,9 @@ func (a *Appliance) Capture(ctx context.Context, req CaptureRequest, w io.Writer
 	return r.capture.run(ctx, req, w)
 }
 
-func (c *capturer) run(ctx context.Context, req CaptureRequest, w io.Writer) (capture.Stats, error) {
+func (c *capturer) run(ctx context.Context, req admin.CaptureRequest, w io.Writer) (capture.Stats, error) {
 	if !c.busy.CompareAndSwap(false, true) {
-		return capture.Stats{}, ErrCaptureBusy
+		return capture.Stats{}, admin.ErrCaptureBusy
 	}
 	defer c.busy.Store(false)
 	snap := req.Snap
@@ -83,4 +71,14 @@ func (c *capturer) resolve(ref dataplane.BackendRef) (capture.Named, bool) {
 		n.Service = svc.Name
 	}
 	return n, true
+}
+
+var (
+	_ admin.Capturer = (*Appliance)(nil)
+	_ admin.Reloader = (*Appliance)(nil)
+)
+
+// ReloadNow is ReloadFileWith for the admin socket's POST /reload.
+func (a *Appliance) ReloadNow(allowEmpty bool) error {
+	return a.ReloadFileWith(ReloadOptions{AllowEmpty: allowEmpty})
 }

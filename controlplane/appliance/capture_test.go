@@ -15,6 +15,7 @@ import (
 	"xlb/config"
 	"xlb/conntrack"
 	"xlb/controlplane"
+	"xlb/controlplane/admin"
 	"xlb/dataplane"
 	"xlb/dataplane/capture"
 	"xlb/dataplane/craft"
@@ -70,12 +71,12 @@ func TestCapture_FromRunningWorkers(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	st, err := c.run(context.Background(), CaptureRequest{
+	st, err := c.run(context.Background(), admin.CaptureRequest{
 		Filter: capture.Filter{VIP: netip.MustParseAddr("192.0.2.1"), Verdicts: 1 << dataplane.VerdictForward},
 		Count:  20,
 		Flush: func() {
-			if _, err := c.run(context.Background(), CaptureRequest{Count: 1}, io.Discard); !errors.Is(err, ErrCaptureBusy) {
-				t.Errorf("a second capture while one runs: %v, want ErrCaptureBusy", err)
+			if _, err := c.run(context.Background(), admin.CaptureRequest{Count: 1}, io.Discard); !errors.Is(err, admin.ErrCaptureBusy) {
+				t.Errorf("a second capture while one runs: %v, want admin.ErrCaptureBusy", err)
 			}
 		},
 	}, &out)
@@ -101,7 +102,7 @@ func TestCapture_FromRunningWorkers(t *testing.T) {
 		t.Error("no comment names web's backend")
 	}
 	// A later capture starts (the first released it).
-	st, err = c.run(context.Background(), CaptureRequest{Count: 1}, io.Discard)
+	st, err = c.run(context.Background(), admin.CaptureRequest{Count: 1}, io.Discard)
 	if err != nil || st.Frames != 1 {
 		t.Errorf("a capture after the first: %+v, %v", st, err)
 	}

@@ -1,0 +1,191 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"xlb/dataplane"
+	"xlb/dataplane/capture"
+)
+
+// ErrCaptureBusy is what a Capturer returns while another capture runs;
+// the socket answers 409.
+var ErrCaptureBusy = errors.New("a capture is already running")
+
+// CaptureRequest is what `xlb capture` asks the running xlb for.
+type CaptureRequest struct {
+	Filter capture.Filter
+	Count  int // frames; 0: until the request ends
+	Snap   int // bytes per frame and direction; 0: capture.DefaultSnapLen
+	// Flush is called after each burst written, so the file streams.
+	Flush func()
+}
+
+// Capturer is a Source that can copy frames out of its workers (POST
+// /capture on the socket).
+type Capturer interface {
+	Capture(ctx context.Context, req CaptureRequest, w io.Writer) (capture.Stats, error)
+}
+
+// Reloader is a Source that reloads its configuration file (POST /reload
+// on the socket); allowEmpty applies a file without forwarding rules.
+type Reloader interface {
+	ReloadNow(allowEmpty bool) error
+}
+
+// Trailers of a capture's response: what the session wrote and lost.
+const (
+	TrailerCaptureFrames = "Xlb-Capture-Frames"
+	TrailerCaptureLost   = "Xlb-Capture-Lost"
+	TrailerCaptureError  = "Xlb-Capture-Error"
+)
+
+// MaxCaptureSeconds bounds a capture's duration.
+const MaxCaptureSeconds = 3600
+
+// ParseCaptureQuery reads a capture's parameters: vip, backend (addresses),
+// verdict (comma-separated: forward, drop, pass), count, snap, seconds.
+func ParseCaptureQuery(q map[string][]string) (req CaptureRequest, seconds int, err error) {
+	get := func(k string) string {
+		if v := q[k]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	addr := func(k string) (netip.Addr, error) {
+		v := get(k)
+		if v == "" {
+			return netip.Addr{}, nil
+		}
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			return a, fmt.Errorf("%s %q: not an IP address", k, v)
+		}
+		return a.Unmap(), nil
+	}
+	num := func(k string, max int) (int, error) {
+		v := get(k)
+		if v == "" {
+			return 0, nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > max {
+			return 0, fmt.Errorf("%s %q: want 0..%d", k, v, max)
+		}
+		return n, nil
+	}
+	if req.Filter.VIP, err = addr("vip"); err != nil {
+		return
+	}
+	if req.Filter.Backend, err = addr("backend"); err != nil {
+		return
+	}
+	if v := get("verdict"); v != "" {
+		for _, name := range strings.Split(v, ",") {
+			var verdict dataplane.Verdict
+			switch name {
+			case "forward":
+				verdict = dataplane.VerdictForward
+			case "drop":
+				verdict = dataplane.VerdictDrop
+			case "pass":
+				verdict = dataplane.VerdictPass
+			default:
+				return req, 0, fmt.Errorf("verdict %q: want forward, drop or pass", name)
+			}
+			req.Filter.Verdicts |= 1 << verdict
+		}
+	}
+	if req.Count, err = num("count", 1<<30); err != nil {
+		return
+	}
+	if req.Snap, err = num("snap", capture.MaxSnapLen); err != nil {
+		return
+	}
+	seconds, err = num("seconds", MaxCaptureSeconds)
+	return
+}
+
+// serveCapture streams a pcapng capture: until count frames, seconds, or
+// the client hanging up. The trailers say what was written and lost.
+func serveCapture(src Source) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c, ok := src.(Capturer)
+		if !ok {
+			http.Error(w, "this xlb cannot capture", http.StatusNotImplemented)
+			return
+		}
+		req, seconds, err := ParseCaptureQuery(r.URL.Query())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		ctx := r.Context()
+		if seconds > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, time.Duration(seconds)*time.Second)
+			defer cancel()
+		}
+		rc := http.NewResponseController(w)
+		// The listener's write timeout is for short answers; a capture
+		// streams for as long as it was asked to.
+		_ = rc.SetWriteDeadline(time.Time{})
+		w.Header().Set("Trailer", TrailerCaptureFrames+", "+TrailerCaptureLost+", "+TrailerCaptureError)
+		w.Header().Set("Content-Type", "application/octet-stream")
+		started := false
+		out := &startWriter{w: w, started: &started}
+		req.Flush = func() { _ = rc.Flush() }
+		st, err := c.Capture(ctx, req, out)
+		if errors.Is(err, ErrCaptureBusy) && !started {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		w.Header().Set(TrailerCaptureFrames, strconv.FormatUint(st.Frames, 10))
+		w.Header().Set(TrailerCaptureLost, strconv.FormatUint(st.Lost, 10))
+		if err != nil {
+			w.Header().Set(TrailerCaptureError, err.Error())
+		}
+	}
+}
+
+// startWriter notes that the response body has begun.
+type startWriter struct {
+	w       io.Writer
+	started *bool
+}
+
+func (s *startWriter) Write(p []byte) (int, error) {
+	*s.started = true
+	return s.w.Write(p)
+}
+
+// serveReload reloads the configuration file now (`xlb reload`): 200 when
+// applied, 422 with every reason when refused (the running configuration
+// stays).
+func serveReload(src Source) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		rl, ok := src.(Reloader)
+		if !ok {
+			http.Error(w, "this xlb cannot reload", http.StatusNotImplemented)
+			return
+		}
+		allow := r.URL.Query().Get("allow_empty")
+		if allow != "" && allow != "1" && allow != "true" {
+			http.Error(w, fmt.Sprintf("allow_empty %q: want 1 or true", allow), http.StatusBadRequest)
+			return
+		}
+		if err := rl.ReloadNow(allow != ""); err != nil {
+			http.Error(w, "reload refused, the running configuration stays: "+err.Error(), http.StatusUnprocessableEntity)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = fmt.Fprintln(w, "reloaded")
+	}
+}
