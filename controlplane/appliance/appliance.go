@@ -47,6 +47,7 @@ type running struct {
 	runtime func() *admin.Runtime
 	rl      *reloader
 	ann     *announcer // nil without [bgp]
+	rounds  func() []WorkerRounds
 }
 
 // New prepares an appliance for cfg, which must be valid for xlb run

@@ -356,7 +356,15 @@ func (s *stack) serveAdmin() error {
 	if s.ann != nil {
 		rl.fleet = s.ann
 	}
-	s.a.cur.Store(&running{cp: s.cp, ct: s.ct, workers: workers, now: worker.NowMs, runtime: s.runtime, rl: rl, ann: s.ann})
+	rounds := func() []WorkerRounds {
+		out := make([]WorkerRounds, len(s.queues))
+		for i, q := range s.queues {
+			out[i] = WorkerRounds{Queue: q.num, Rounds: q.worker.Rounds()}
+		}
+		return out
+	}
+	s.a.cur.Store(&running{cp: s.cp, ct: s.ct, workers: workers, now: worker.NowMs, runtime: s.runtime, rl: rl, ann: s.ann,
+		rounds: rounds})
 	s.undo = append(s.undo, func() { s.a.cur.Store(nil) })
 	listen := s.cfg.Admin.Listen
 	collectors := []prometheus.Collector{s.a.health}
