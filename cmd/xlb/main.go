@@ -25,14 +25,15 @@ commands:
                                    --summary for a table)
   explain -c FILE --src --dst --proto [--sport --dport --flags --frag ...] [--json]
                                    show the rule, keys, eligible set, Maglev slot and backend
-  run     -c FILE [--log-level L] [--pidfile F]
+  run     -c FILE [--log-level L] [--log-format json|console] [--pidfile F]
                                    forward traffic: XDP and AF_XDP on dataplane.interface
                                    (root); logs JSON to stderr, stops on SIGTERM/SIGINT,
                                    reloads the file on SIGHUP
   reload  -c FILE (--pid PID | --pidfile F)
                                    validate FILE, then SIGHUP the running xlb run
-  drain   [--admin ADDR | -c FILE] NAME
-                                   take a backend out of service (its flows drain)
+  drain   [--admin ADDR | -c FILE] NAME|SERVICE/NAME
+                                   take a backend out of service (its flows drain); NAME
+                                   drains it in every service that has it
   drain   [--admin ADDR | -c FILE] --node
                                    withdraw this instance's VIP routes ([bgp]); it keeps
                                    forwarding, the fleet takes its flows
@@ -42,6 +43,9 @@ commands:
                                    (ADDR: [admin] listen of FILE, else 127.0.0.1:9110)
   status  --fleet ADDR,ADDR,...    compare the instances' tables (fingerprints); exit 1
                                    when they disagree
+  version                          module version, commit and Go version of this binary
+
+xlb help CMD, or xlb CMD -h, prints the command's flags with their defaults.
 `
 
 func main() {
@@ -72,7 +76,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDrain(args[0], args[1:], stdout)
 	case "status":
 		err = cmdStatus(args[1:], stdout)
+	case "version", "--version":
+		err = cmdVersion(args[1:], stdout)
 	case "help", "-h", "--help":
+		if len(args) > 1 && args[0] == "help" {
+			return run([]string{args[1], "-h"}, stdout, stderr) // xlb help CMD
+		}
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
@@ -80,8 +89,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
+		if h := (*helpRequested)(nil); errors.As(err, &h) {
+			writeCommandHelp(stdout, h.fs)
 			return 0
 		}
 		fmt.Fprintln(stderr, err)
@@ -102,7 +111,7 @@ func newFlags(name string) *flag.FlagSet {
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return err
+			return &helpRequested{fs}
 		}
 		return fmt.Errorf("%s: %v (%w)", fs.Name(), err, errUsage)
 	}
