@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -72,21 +71,15 @@ func TestVersion_Text(t *testing.T) {
 	}
 }
 
-// TestVersion_Binary: the binary built from this checkout names its
-// commit (git rev-parse HEAD) and the Go that built it.
+// TestVersion_Binary: the binary prints its version, exit 0; an argument
+// is a usage error. (That the binary `make build` makes names this
+// checkout's commit is TestInstall's: scripts/install-check.sh compares it
+// with git rev-parse HEAD; the test binary here is a plain go build.)
 func TestVersion_Binary(t *testing.T) {
 	o := xlbExec(t, "version")
 	o.wantCode(t, 0)
-	if !strings.Contains(o.stdout, "\ngo go1.") {
-		t.Errorf("no Go version: %q", o.stdout)
-	}
-	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		t.Logf("no git here (%v): the commit is not compared", err)
-		return
-	}
-	if want := "\ncommit " + strings.TrimSpace(string(head)); !strings.Contains(o.stdout, want) {
-		t.Errorf("xlb version: %q, want %q", o.stdout, want)
+	if !strings.HasPrefix(o.stdout, "xlb ") || !strings.Contains(o.stdout, "\ncommit ") || !strings.Contains(o.stdout, "\ngo "+runtime.Version()) {
+		t.Errorf("xlb version: %q", o.stdout)
 	}
 	if o := xlbExec(t, "version", "extra"); o.code != 2 {
 		t.Errorf("xlb version extra: exit %d, want 2", o.code)

@@ -203,6 +203,7 @@ func cmdExplain(args []string, stdout io.Writer) error {
 	fs.Visit(func(f *flag.Flag) {
 		a.ICMPCodeSet = a.ICMPCodeSet || f.Name == "icmp-code"
 		a.InnerPortsSet = a.InnerPortsSet || f.Name == "inner-sport" || f.Name == "inner-dport"
+		a.SportSet, a.DportSet = a.SportSet || f.Name == "sport", a.DportSet || f.Name == "dport"
 	})
 	cfg, err := config.Load(*path)
 	if err != nil {
