@@ -111,6 +111,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if c.json {
 		enc := json.NewEncoder(stdout)
+		enc.SetEscapeHTML(false)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(r); err != nil {
 			fmt.Fprintf(stderr, "lbbench: %v\n", err)

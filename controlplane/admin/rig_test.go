@@ -5,6 +5,7 @@ package admin_test
 // loopback port with its endpoints read over HTTP.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -248,6 +249,9 @@ func key(name string, labels []*dto.LabelPair) string {
 func status(t *testing.T, base string) (*admin.Report, map[string]any) {
 	t.Helper()
 	body := get(t, base+"/status", 200)
+	if bytes.Contains(body, []byte(`\u003e`)) || bytes.Contains(body, []byte(`\u003c`)) || bytes.Contains(body, []byte(`\u0026`)) {
+		t.Errorf("/status escapes < > & for HTML:\n%s", body)
+	}
 	var r admin.Report
 	if err := json.Unmarshal(body, &r); err != nil {
 		t.Fatalf("/status: %v\n%s", err, body)

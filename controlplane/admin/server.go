@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -75,15 +76,18 @@ func New(listen string, src Source, log *zap.Logger, extra ...prometheus.Collect
 		Registry:      reg,
 	}))
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
-		b, err := json.MarshalIndent(src.Status(), "", "  ")
-		if err != nil {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false) // the whys' ">=" as they are
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(src.Status()); err != nil {
 			// Only a value JSON has no form for (a NaN latency) fails.
 			log.Error("encoding /status", zap.Error(err))
 			http.Error(w, "encoding status: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(append(b, '\n'))
+		_, _ = w.Write(b.Bytes()) // Encode ended it with a newline
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
