@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"xlb/bench/report"
@@ -38,8 +39,11 @@ common flags (after the command):
   --plot DIR    also write SVG charts into DIR
   --quick       a short run (make bench; CI runs it once per command)
 
-lbbench <command> -h lists the command's own flags.
+lbbench help <command> (or lbbench <command> -h) lists the command's own flags
+with their defaults.
 `
+
+func isHelpFlag(a string) bool { return a == "-h" || a == "-help" || a == "--help" }
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -70,6 +74,14 @@ var commands = map[string]command{
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 2 && args[0] == "help" {
+		args = []string{args[1], "-h"} // lbbench help CMD is lbbench CMD -h
+	}
+	if len(args) > 1 && slices.ContainsFunc(args[1:], isHelpFlag) {
+		// A command's help (its flags with their defaults) is what was
+		// asked for: stdout, as for xlb.
+		stderr = stdout
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stderr, usage)
 		if len(args) == 0 {

@@ -48,3 +48,28 @@ func TestUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestHelp_PerCommand: `lbbench help CMD` and `lbbench CMD -h` print the
+// same help on stdout, exit 0: the command's flags with their defaults.
+func TestHelp_PerCommand(t *testing.T) {
+	for cmd, flags := range map[string][]string{
+		"core":    {"-workers", "-flows"},
+		"maglev":  {"-json"},
+		"control": {"-vips", "-table-size"},
+		"xdp":     {"-sizes", "-gen-iface"},
+	} {
+		var out, errb bytes.Buffer
+		if rc := run([]string{"help", cmd}, &out, &errb); rc != 0 {
+			t.Errorf("lbbench help %s: exit %d, stderr %q", cmd, rc, errb.String())
+		}
+		for _, f := range append(flags, "usage: lbbench "+cmd, "(default ") {
+			if !strings.Contains(out.String(), f) {
+				t.Errorf("lbbench help %s: no %q in\n%s", cmd, f, out.String())
+			}
+		}
+		var out2, errb2 bytes.Buffer
+		if rc := run([]string{cmd, "-h"}, &out2, &errb2); rc != 0 || out2.String() != out.String() {
+			t.Errorf("lbbench %s -h: exit %d, output differs from lbbench help %s:\n%s", cmd, rc, cmd, out2.String())
+		}
+	}
+}

@@ -73,14 +73,18 @@ func (s *rigSources) DrainNode(drained bool) error {
 
 // Drain and Undrain act on the rig's control plane at its clock, as `xlb
 // run` does on its own.
-func (s *rigSources) Drain(name string) error   { return opErr(s.rig.CP.Drain(name, s.rig.Now)) }
-func (s *rigSources) Undrain(name string) error { return opErr(s.rig.CP.Undrain(name, s.rig.Now)) }
+func (s *rigSources) Drain(name string) ([]string, error) {
+	return opErr(s.rig.CP.Drain(name, s.rig.Now))
+}
+func (s *rigSources) Undrain(name string) ([]string, error) {
+	return opErr(s.rig.CP.Undrain(name, s.rig.Now))
+}
 
-func opErr(err error) error {
+func opErr(hit []string, err error) ([]string, error) {
 	if errors.Is(err, controlplane.ErrUnknownBackend) {
-		return fmt.Errorf("%w: %v", admin.ErrUnknownBackend, err)
+		return nil, fmt.Errorf("%w: %v", admin.ErrUnknownBackend, err)
 	}
-	return err
+	return hit, err
 }
 
 // newRig starts the rig with its own worker on queue 0.
@@ -104,9 +108,9 @@ type fakeSources struct {
 func (s *fakeSources) Status() *admin.Report {
 	return admin.Gather(admin.Inputs{Snapshot: s.snap, Workers: s.workers, Conntrack: s.ct, Runtime: s.runtime})
 }
-func (s *fakeSources) Drain(string) error   { return errors.New("cannot drain") }
-func (s *fakeSources) Undrain(string) error { return errors.New("cannot drain") }
-func (s *fakeSources) DrainNode(bool) error { return errors.New("cannot drain") }
+func (s *fakeSources) Drain(string) ([]string, error)   { return nil, errors.New("cannot drain") }
+func (s *fakeSources) Undrain(string) ([]string, error) { return nil, errors.New("cannot drain") }
+func (s *fakeSources) DrainNode(bool) error             { return errors.New("cannot drain") }
 
 // frame builds p into a Frame with headroom.
 func frame(t testing.TB, p craft.Packet) dataplane.Frame {

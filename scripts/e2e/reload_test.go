@@ -265,7 +265,7 @@ func TestReload(t *testing.T) {
 
 	// Operator drain of b1: no new connection reaches it afterwards.
 	drainSent := time.Now()
-	if out, err := testbed.Exec(b.LB.NS, xlbBin, "drain", "b1"); err != nil || out != "drained b1\n" {
+	if out, err := testbed.Exec(b.LB.NS, xlbBin, "drain", "b1"); err != nil || out != "drained web/b1\n" {
 		t.Fatalf("xlb drain b1: %q, %v", out, err)
 	}
 	drained := time.Now()
