@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"time"
 
 	"xlb/bench/report"
@@ -42,8 +41,6 @@ common flags (after the command):
 lbbench help <command> (or lbbench <command> -h) lists the command's own flags
 with their defaults.
 `
-
-func isHelpFlag(a string) bool { return a == "-h" || a == "-help" || a == "--help" }
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -75,12 +72,9 @@ var commands = map[string]command{
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 2 && args[0] == "help" {
-		args = []string{args[1], "-h"} // lbbench help CMD is lbbench CMD -h
-	}
-	if len(args) > 1 && slices.ContainsFunc(args[1:], isHelpFlag) {
-		// A command's help (its flags with their defaults) is what was
-		// asked for: stdout, as for xlb.
-		stderr = stdout
+		// lbbench help CMD is lbbench CMD -h: the command's flags with
+		// their defaults, on stderr like the rest of lbbench's usage.
+		args = []string{args[1], "-h"}
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stderr, usage)
