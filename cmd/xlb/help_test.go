@@ -85,3 +85,17 @@ func TestVersion_Binary(t *testing.T) {
 		t.Errorf("xlb version extra: exit %d, want 2", o.code)
 	}
 }
+
+// TestRun_LogFormatFlag: --log-format takes json or console; anything
+// else is a usage error before the file is read.
+func TestRun_LogFormatFlag(t *testing.T) {
+	o := xlb("run", "-c", cli("xlb.toml"), "--log-format", "xml")
+	o.wantCode(t, 2)
+	if !strings.Contains(o.stderr, `--log-format "xml": want json or console`) {
+		t.Errorf("stderr %q", o.stderr)
+	}
+	// A valid format gets as far as the file (which has no [dataplane]).
+	if o := xlb("run", "-c", cli("xlb.toml"), "--log-format", "console"); o.code != 1 || !strings.Contains(o.stderr, "dataplane.interface") {
+		t.Errorf("--log-format console: %+v", o)
+	}
+}
