@@ -115,11 +115,11 @@ func (s *service) run(ctx context.Context) {
 			s.sendStatus(false)
 		case <-s.watchdogTick:
 			if stuck := live.check(s.src.WorkerRounds()); len(stuck) == 0 {
-				s.send(sdnotify.Watchdog)
 				if live.stuck {
 					s.log.Info("every worker goes round again: watchdog keepalive resumed")
 				}
 				live.stuck = false
+				s.send(sdnotify.Watchdog)
 			} else if !live.stuck {
 				live.stuck = true
 				s.log.Error("a worker made no round since the last check: watchdog keepalive withheld (systemd restarts xlb when it expires)",
