@@ -3,13 +3,48 @@ GO        ?= go
 STATICCHECK_VERSION := v0.8.2
 PKGS      := ./...
 
-.PHONY: all build test test-short e2e bench lbbench gobench lint demo demo-fleet demo-sim fuzz clean
+.PHONY: all build install install-check test test-short e2e bench lbbench gobench lint demo demo-fleet demo-sim fuzz clean
 
 all: build
 
+# Where `make install` puts things; DESTDIR is prefixed to each (packaging).
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+DESTDIR    ?=
+
+# `xlb version` reads the commit from what the toolchain stamps
+# (-buildvcs); where it stamps nothing (a git worktree, GOFLAGS=-buildvcs=false)
+# from these.
+GIT_COMMIT   := $(shell git rev-parse HEAD 2>/dev/null)
+GIT_MODIFIED := $(shell test -n "$$(git status --porcelain 2>/dev/null)" && echo true)
+XLB_LDFLAGS  := -X main.buildCommit=$(GIT_COMMIT) -X main.buildModified=$(GIT_MODIFIED)
+
 # Without cgo: only then can xlb drop its capabilities on every thread.
 build:
-	CGO_ENABLED=0 $(GO) build -o bin/xlb ./cmd/xlb
+	CGO_ENABLED=0 $(GO) build -buildvcs=auto -ldflags '$(XLB_LDFLAGS)' -o bin/xlb ./cmd/xlb
+	$(GO) build -o bin/lbbench ./cmd/lbbench
+
+# The binary, an example configuration (never over an existing one) and
+# the systemd unit with this PREFIX's and SYSCONFDIR's paths.
+install: build
+	install -d '$(DESTDIR)$(BINDIR)' '$(DESTDIR)$(SYSCONFDIR)/xlb' '$(DESTDIR)$(UNITDIR)'
+	install -m 0755 bin/xlb '$(DESTDIR)$(BINDIR)/xlb'
+	@if [ -e '$(DESTDIR)$(SYSCONFDIR)/xlb/xlb.toml' ]; then \
+		install -m 0644 testdata/config/example.toml '$(DESTDIR)$(SYSCONFDIR)/xlb/xlb.toml.example'; \
+		echo "kept $(DESTDIR)$(SYSCONFDIR)/xlb/xlb.toml; the example is xlb.toml.example"; \
+	else \
+		install -m 0644 testdata/config/example.toml '$(DESTDIR)$(SYSCONFDIR)/xlb/xlb.toml'; \
+		echo "installed the example $(DESTDIR)$(SYSCONFDIR)/xlb/xlb.toml: edit it (dataplane.interface, services)"; \
+	fi
+	sed -e 's|/usr/local/bin/|$(BINDIR)/|g' -e 's|/etc/xlb/|$(SYSCONFDIR)/xlb/|g' packaging/xlb.service > '$(DESTDIR)$(UNITDIR)/xlb.service'
+	chmod 0644 '$(DESTDIR)$(UNITDIR)/xlb.service'
+	@echo "then: systemctl daemon-reload && systemctl enable --now xlb"
+
+# make install into a temporary DESTDIR, and what it installed checked.
+install-check:
+	@./scripts/install-check.sh
 
 # The whole proof: vet, race-checked unit and rule tests, every benchmark
 # once (so none rots), the golden sim scenarios, and short fuzz runs.

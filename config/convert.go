@@ -114,7 +114,9 @@ func (c *converter) dataplane(r *rawDataplane) Dataplane {
 		c.wrongType(p+".queues", `"all" or an array`, q)
 	}
 	if cpus, ok := c.list(p+".cpus", r.CPUs); ok {
-		d.CPUs = c.smallInts(p+".cpus", cpus, false)
+		// Unique: two workers pinned to one CPU take turns on it, each
+		// polling its queue, at half the rate or less.
+		d.CPUs = c.smallInts(p+".cpus", cpus, true)
 		if d.Queues != nil && len(cpus) != len(d.Queues) {
 			c.add(p+".cpus", "lists %d CPUs for %d queues; give one CPU per queue", len(cpus), len(d.Queues))
 		}

@@ -35,6 +35,7 @@ func TestDataplaneValidation(t *testing.T) {
 		{"QueueDuplicate", dp(`queues = [0,`, `  0, # <-`, `]`), "dataplane.queues[1]", "0 is already listed at dataplane.queues[0]", false},
 		{"QueueNegative", dp(`queues = [-1] # <-`), "dataplane.queues[0]", "-1 is outside [0, 65535]", false},
 		{"CPUsPerQueue", dp(`queues = [0, 1]`, `cpus = [2] # <-`), "dataplane.cpus", "lists 1 CPUs for 2 queues", false},
+		{"CPUDuplicate", dp(`queues = [0, 1]`, `cpus = [2,`, `  2, # <-`, `]`), "dataplane.cpus[1]", "2 is already listed at dataplane.cpus[0]", false},
 		{"CPUsType", dp(`cpus = "2" # <-`), "dataplane.cpus", `expected an array, got string "2"`, false},
 		{"XDPModeCase", dp(`xdp_mode = "Native" # <-`), "dataplane.xdp_mode", `"Native" is not one of auto, native, generic`, false},
 		{"ZeroCopy", dp(`zero_copy = true # <-`), "dataplane.zero_copy", "expected a string, got boolean true", false},

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"net/netip"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -310,17 +311,22 @@ func (c *ControlPlane) reap(now int64) {
 // IP text) at once, without thresholds (sim; the health checker applies its
 // thresholds before calling this).
 func (c *ControlPlane) SetHealth(name string, healthy bool, now int64) error {
-	return c.update(name, now, func(b *backendState) { b.healthy = healthy })
+	_, err := c.update(name, now, func(b *backendState) { b.healthy = healthy })
+	return err
 }
 
 // SetWeight records a weight report for the backends named name.
 func (c *ControlPlane) SetWeight(name string, weight uint32, state WeightState, now int64) error {
-	return c.update(name, now, func(b *backendState) { b.setWeight(weight, state) })
+	_, err := c.update(name, now, func(b *backendState) { b.setWeight(weight, state) })
+	return err
 }
 
 // Drain removes a backend from service as an operator (M5), without editing
 // the file: never selected again, its flows drain for the service's timeout.
-func (c *ControlPlane) Drain(name string, now int64) error {
+// name is an endpoint's name or address, which drains it in every service
+// that has it, or SERVICE/NAME for one service's. It returns the backends
+// it drained, as "service/name".
+func (c *ControlPlane) Drain(name string, now int64) ([]string, error) {
 	return c.update(name, now, func(b *backendState) {
 		if b.removed {
 			return
@@ -330,8 +336,9 @@ func (c *ControlPlane) Drain(name string, now int64) error {
 	})
 }
 
-// Undrain returns an operator-drained backend to service.
-func (c *ControlPlane) Undrain(name string, now int64) error {
+// Undrain returns an operator-drained backend to service; name as for
+// Drain.
+func (c *ControlPlane) Undrain(name string, now int64) ([]string, error) {
 	return c.update(name, now, func(b *backendState) {
 		if !b.drained {
 			return
@@ -347,24 +354,33 @@ func (c *ControlPlane) Undrain(name string, now int64) error {
 	})
 }
 
-func (c *ControlPlane) update(name string, now int64, fn func(b *backendState)) error {
+// update applies fn to every current backend that name selects: an
+// endpoint's name or address (in every service), or SERVICE/NAME (in that
+// service only). It returns them as "service/name", in slot order.
+func (c *ControlPlane) update(name string, now int64, fn func(b *backendState)) ([]string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	found := false
+	svc, inSvc, scoped := strings.Cut(name, "/")
+	var hit []string
 	for _, b := range c.slots {
 		if b == nil || (b.removed && !b.drained) {
 			continue
 		}
-		if b.ep.Name == name || b.ep.IP.String() == name {
+		is := func(n string) bool { return b.ep.Name == n || b.ep.IP.String() == n }
+		if is(name) || (scoped && b.service == svc && is(inSvc)) {
 			fn(b)
-			found = true
+			label := b.ep.Name
+			if label == "" {
+				label = b.ep.IP.String()
+			}
+			hit = append(hit, b.service+"/"+label)
 		}
 	}
-	if !found {
-		return fmt.Errorf("%w: %q", ErrUnknownBackend, name)
+	if len(hit) == 0 {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownBackend, name)
 	}
 	c.publish(now)
-	return nil
+	return hit, nil
 }
 
 // Publish rebuilds and publishes the snapshot at now (e.g. to let expired

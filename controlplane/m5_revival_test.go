@@ -21,11 +21,11 @@ func TestM5_EntriesStayRemovedAfterDrainEnds(t *testing.T) {
 			r := base.rig(t)
 			conns, was := m5Conns(r, 11, 300)
 			r.At(10)
-			if err := r.CP.Drain("b2", r.Now); err != nil {
+			if _, err := r.CP.Drain("b2", r.Now); err != nil {
 				t.Fatal(err)
 			}
 			r.Now = int64(10_000 + draining*1000) // draining over, no packet meanwhile
-			if err := r.CP.Undrain("b2", r.Now); err != nil {
+			if _, err := r.CP.Undrain("b2", r.Now); err != nil {
 				t.Fatal(err)
 			}
 			checkRestarted(t, r, conns, was, "b2")

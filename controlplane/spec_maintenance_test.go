@@ -285,7 +285,7 @@ func TestM5_RemovedBackend(t *testing.T) {
 			r := s.rig(t)
 			conns, was := m5Conns(r, 7, 300)
 			r.At(10)
-			if err := r.CP.Drain("b1", r.Now); err != nil {
+			if _, err := r.CP.Drain("b1", r.Now); err != nil {
 				t.Fatal(err)
 			}
 			if got := eligible(r, "web"); slices.Contains(got, "b1") {
@@ -307,7 +307,7 @@ func TestM5_RemovedBackend(t *testing.T) {
 					expect(t, "flow of another backend", res, dataplane.TrackHit, was[i], "")
 				}
 			}
-			if err := r.CP.Undrain("b1", r.Now); err != nil {
+			if _, err := r.CP.Undrain("b1", r.Now); err != nil {
 				t.Fatal(err)
 			}
 			if got := eligible(r, "web"); !slices.Equal(got, all) {

@@ -336,7 +336,7 @@ func TestS6_EmptySetDroppedAndCountedPerService(t *testing.T) {
 
 	// Draining every backend of api (M5) empties its set too.
 	for _, n := range []string{"b1", "b2"} {
-		if err := r.CP.Drain(n, r.Now); err != nil {
+		if _, err := r.CP.Drain(n, r.Now); err != nil {
 			t.Fatal(err)
 		}
 	}

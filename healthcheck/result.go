@@ -49,6 +49,10 @@ type Target struct {
 	Key   string
 	Addr  netip.Addr
 	Check config.HealthCheck
+	// Weighted: a service this target speaks for uses the weights
+	// (WEIGHTED_MAGLEV). Only then is its weight report logged; the
+	// header is read either way.
+	Weighted bool
 }
 
 // Result is the outcome of one probe of a target.

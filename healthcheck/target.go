@@ -321,6 +321,9 @@ func (c *Checker) logResult(t *target, r Result, prev, cur health) {
 			ce.Write(fields(zap.Bool("pass", r.Pass), zap.Duration("latency", r.Latency))...)
 		}
 	}
+	if !t.t.Weighted {
+		return // nobody uses its weight: a report would be noise
+	}
 	if r.WeightState != WeightNone && (prev.probes == 0 || r.WeightState != prev.lastState) {
 		c.log.Info("weight report", fields(zap.Stringer("state", r.WeightState), zap.Uint32("weight", r.Weight),
 			zap.Stringer("previous", prev.lastState))...)

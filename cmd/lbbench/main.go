@@ -38,7 +38,8 @@ common flags (after the command):
   --plot DIR    also write SVG charts into DIR
   --quick       a short run (make bench; CI runs it once per command)
 
-lbbench <command> -h lists the command's own flags.
+lbbench help <command> (or lbbench <command> -h) lists the command's own flags
+with their defaults.
 `
 
 func main() {
@@ -70,6 +71,11 @@ var commands = map[string]command{
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 2 && args[0] == "help" {
+		// lbbench help CMD is lbbench CMD -h: the command's flags with
+		// their defaults, on stderr like the rest of lbbench's usage.
+		args = []string{args[1], "-h"}
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stderr, usage)
 		if len(args) == 0 {
@@ -111,6 +117,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if c.json {
 		enc := json.NewEncoder(stdout)
+		enc.SetEscapeHTML(false)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(r); err != nil {
 			fmt.Fprintf(stderr, "lbbench: %v\n", err)

@@ -48,3 +48,29 @@ func TestUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestHelp_PerCommand: `lbbench help CMD` and `lbbench CMD -h` print the
+// same help, exit 0: the command's flags with their defaults (on stderr,
+// like lbbench's usage).
+func TestHelp_PerCommand(t *testing.T) {
+	for cmd, flags := range map[string][]string{
+		"core":    {"-workers", "-flows"},
+		"maglev":  {"-json"},
+		"control": {"-vips", "-table-size"},
+		"xdp":     {"-sizes", "-gen-iface"},
+	} {
+		var out, errb bytes.Buffer
+		if rc := run([]string{"help", cmd}, &out, &errb); rc != 0 || out.Len() != 0 {
+			t.Errorf("lbbench help %s: exit %d, stdout %q", cmd, rc, out.String())
+		}
+		for _, f := range append(flags, "usage: lbbench "+cmd, "(default ") {
+			if !strings.Contains(errb.String(), f) {
+				t.Errorf("lbbench help %s: no %q in\n%s", cmd, f, errb.String())
+			}
+		}
+		var errb2 bytes.Buffer
+		if rc := run([]string{cmd, "-h"}, &out, &errb2); rc != 0 || errb2.String() != errb.String() {
+			t.Errorf("lbbench %s -h: exit %d, output differs from lbbench help %s:\n%s", cmd, rc, cmd, errb2.String())
+		}
+	}
+}

@@ -60,9 +60,13 @@ func (s *ctlSources) Status() *admin.Report {
 		Reloads: &admin.ReloadReport{Success: 3, Failure: 1, Last: &admin.LastReload{At: "2026-01-02T03:04:05Z", OK: true}},
 		BGP:     s.bgp})
 }
-func (s *ctlSources) Drain(name string) error { return opErr(name, s.rig.CP.Drain(name, s.rig.Now)) }
-func (s *ctlSources) Undrain(name string) error {
-	return opErr(name, s.rig.CP.Undrain(name, s.rig.Now))
+func (s *ctlSources) Drain(name string) ([]string, error) {
+	hit, err := s.rig.CP.Drain(name, s.rig.Now)
+	return hit, opErr(name, err)
+}
+func (s *ctlSources) Undrain(name string) ([]string, error) {
+	hit, err := s.rig.CP.Undrain(name, s.rig.Now)
+	return hit, opErr(name, err)
 }
 
 // DrainNode marks the node as the appliance's announcer would.
@@ -193,7 +197,7 @@ func TestStatusTable(t *testing.T) {
 		r.Send(cptest.TCP("198.51.100.7", "203.0.113.10", sport, 80, "A"))
 		break
 	}
-	if err := r.CP.Drain("b2", r.Now); err != nil {
+	if _, err := r.CP.Drain("b2", r.Now); err != nil {
 		t.Fatal(err)
 	}
 	r.Health("f1", false)
@@ -244,7 +248,7 @@ func TestDrainCommands(t *testing.T) {
 
 	o := xlb("drain", "--socket", sock, "b1")
 	o.wantCode(t, 0)
-	if o.stdout != "drained b1\n" || eligible() != before-1 {
+	if o.stdout != "drained web/b1\n" || eligible() != before-1 {
 		t.Errorf("drain: %q, eligible %d -> %d", o.stdout, before, eligible())
 	}
 	cfg := filepath.Join(t.TempDir(), "x.toml")
@@ -253,8 +257,8 @@ func TestDrainCommands(t *testing.T) {
 	}
 	o = xlb("undrain", "-c", cfg, "b1")
 	o.wantCode(t, 0)
-	if o.stdout != "undrained b1\n" || eligible() != before {
-		t.Errorf("undrain -c: %q, eligible %d, want %d", o.stdout, eligible(), before)
+	if o.stdout != "undrained web/b1\n" || eligible() != before {
+		t.Errorf("undrain: %q, eligible %d, want %d", o.stdout, eligible(), before)
 	}
 	o = xlb("drain", "--socket", sock, "nope")
 	o.wantCode(t, 1)

@@ -25,7 +25,7 @@ commands:
                                    --summary for a table)
   explain -c FILE --src --dst --proto [--sport --dport --flags --frag ...] [--json]
                                    show the rule, keys, eligible set, Maglev slot and backend
-  run     -c FILE [--log-level L] [--pidfile F]
+  run     -c FILE [--log-level L] [--log-format json|console] [--pidfile F]
                                    forward traffic: XDP and AF_XDP on dataplane.interface
                                    (root); logs JSON to stderr, stops on SIGTERM/SIGINT,
                                    reloads the file on SIGHUP
@@ -40,8 +40,9 @@ commands:
                                    copy frames from the running xlb's workers into a
                                    pcapng file (- for stdout), as received and as sent,
                                    each with its verdict (root)
-  drain   [--socket PATH | -c FILE] NAME
-                                   take a backend out of service (its flows drain);
+  drain   [--socket PATH | -c FILE] NAME|SERVICE/NAME
+                                   take a backend out of service (its flows drain); NAME
+                                   drains it in every service that has it;
                                    through the admin socket (root; PATH: [admin] socket
                                    of FILE, else /run/xlb/admin.sock)
   drain   [--socket PATH | -c FILE] --node
@@ -53,6 +54,9 @@ commands:
                                    (ADDR: [admin] listen of FILE, else 127.0.0.1:9110)
   status  --fleet ADDR,ADDR,...    compare the instances' tables (fingerprints); exit 1
                                    when they disagree
+  version                          module version, commit and Go version of this binary
+
+xlb help CMD, or xlb CMD -h, prints the command's flags with their defaults.
 `
 
 func main() {
@@ -85,7 +89,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdCapture(args[1:], stdout, stderr)
 	case "status":
 		err = cmdStatus(args[1:], stdout)
+	case "version", "--version":
+		err = cmdVersion(args[1:], stdout)
 	case "help", "-h", "--help":
+		if len(args) > 1 && args[0] == "help" {
+			return run([]string{args[1], "-h"}, stdout, stderr) // xlb help CMD
+		}
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
@@ -93,8 +102,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
+		if h := (*helpRequested)(nil); errors.As(err, &h) {
+			writeCommandHelp(stdout, h.fs)
 			return 0
 		}
 		fmt.Fprintln(stderr, err)
@@ -115,7 +124,7 @@ func newFlags(name string) *flag.FlagSet {
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return err
+			return &helpRequested{fs}
 		}
 		return fmt.Errorf("%s: %v (%w)", fs.Name(), err, errUsage)
 	}
@@ -207,6 +216,7 @@ func cmdExplain(args []string, stdout io.Writer) error {
 	fs.Visit(func(f *flag.Flag) {
 		a.ICMPCodeSet = a.ICMPCodeSet || f.Name == "icmp-code"
 		a.InnerPortsSet = a.InnerPortsSet || f.Name == "inner-sport" || f.Name == "inner-dport"
+		a.SportSet, a.DportSet = a.SportSet || f.Name == "sport", a.DportSet || f.Name == "dport"
 	})
 	cfg, err := config.Load(*path)
 	if err != nil {

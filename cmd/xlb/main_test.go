@@ -818,6 +818,9 @@ func TestX4_ExplainBadFlagsAreUsageErrors(t *testing.T) {
 		{"icmp to an IPv6 address", []string{"-c", cli("xlb.toml"), "--src", "2001:db8::7", "--dst", "2001:db8:1::10", "--proto", "icmp"}},
 		{"mixed families", with("--src", "2001:db8::7")},
 		{"stray argument", with("extra")},
+		{"tcp without ports", []string{"-c", cli("xlb.toml"), "--src", "198.51.100.7", "--dst", "203.0.113.10"}},
+		{"udp without --dport", []string{"-c", cli("xlb.toml"), "--src", "198.51.100.7", "--dst", "203.0.113.10", "--proto", "udp", "--sport", "5000"}},
+		{"tcp without --sport", []string{"-c", cli("xlb.toml"), "--src", "198.51.100.7", "--dst", "203.0.113.10", "--dport", "80"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"xlb/controlplane/appliance"
 )
 
-// cmdRun is `xlb run -c FILE [--log-level LEVEL] [--pidfile FILE]`:
+// cmdRun is `xlb run -c FILE [--log-level LEVEL] [--log-format F] [--pidfile FILE]`:
 // validate, then hand over to the appliance until SIGTERM or SIGINT; SIGHUP
 // reloads the file (X2) once the appliance is up (one that comes earlier
 // waits). The pid file, when asked for, is what `xlb reload --pidfile`
@@ -26,6 +26,7 @@ func cmdRun(args []string, stderr io.Writer) error {
 	fs := newFlags("run")
 	path := fs.String("c", "", "configuration file")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	format := fs.String("log-format", "json", "json (one object per line) or console (tab-separated, for a person or journald)")
 	pidfile := fs.String("pidfile", "", "write the process id to FILE")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -40,11 +41,14 @@ func cmdRun(args []string, stderr io.Writer) error {
 	if err != nil || lvl < zapcore.DebugLevel || lvl > zapcore.ErrorLevel {
 		return fmt.Errorf("xlb run: --log-level %q: want debug, info, warn or error (%w)", *level, errUsage)
 	}
+	if *format != "json" && *format != "console" {
+		return fmt.Errorf("xlb run: --log-format %q: want json or console (%w)", *format, errUsage)
+	}
 	cfg, err := config.Load(*path)
 	if err != nil {
 		return err
 	}
-	log := newLogger(stderr, lvl)
+	log := newLogger(stderr, lvl, *format)
 	defer func() { _ = log.Sync() }()
 	app, err := appliance.New(cfg, log)
 	if err != nil {
@@ -63,6 +67,18 @@ func cmdRun(args []string, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// Under systemd (Type=notify): readiness, status line, watchdog.
+	svc, stopSvc, err := newService(app, log)
+	if err != nil {
+		log.Warn("not telling systemd", zap.Error(err))
+	}
+	defer stopSvc()
+	if svc != nil {
+		svcCtx, cancel := context.WithCancel(ctx)
+		svcDone := make(chan struct{})
+		go func() { svc.run(svcCtx); close(svcDone) }()
+		defer func() { cancel(); <-svcDone }()
+	}
 	done := make(chan error, 1)
 	go func() { done <- app.Run(ctx) }()
 	ready, hups := app.Ready(), (<-chan os.Signal)(nil)
@@ -72,7 +88,9 @@ func cmdRun(args []string, stderr io.Writer) error {
 			ready, hups = nil, hup
 		case <-hups:
 			log.Info("SIGHUP: reloading", zap.String("file", cfg.Path))
+			svc.reloading()
 			_ = app.ReloadFile() // it logs and counts its errors
+			svc.reloaded()
 		case err := <-done:
 			if err != nil {
 				return fmt.Errorf("xlb run: %w", err)
@@ -82,15 +100,22 @@ func cmdRun(args []string, stderr io.Writer) error {
 	}
 }
 
-// newLogger logs JSON lines (zap's production encoding, ISO 8601 times) to
-// w: what a service manager or a log shipper wants from an appliance.
-func newLogger(w io.Writer, level zapcore.Level) *zap.Logger {
+// newLogger logs to w, in format "json" (zap's production encoding, ISO
+// 8601 times: what a log shipper wants from an appliance) or "console"
+// (the same fields, tab-separated, the level in capitals: for a person at
+// a terminal or in journalctl).
+func newLogger(w io.Writer, level zapcore.Level, format string) *zap.Logger {
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
 	sink := zapcore.AddSync(w)
 	if f, ok := w.(*os.File); ok {
 		sink = zapcore.Lock(f)
 	}
-	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), sink, level)
+	encoder := zapcore.NewJSONEncoder(enc)
+	if format == "console" {
+		enc.EncodeLevel = zapcore.CapitalLevelEncoder
+		encoder = zapcore.NewConsoleEncoder(enc)
+	}
+	core := zapcore.NewCore(encoder, sink, level)
 	return zap.New(core, zap.ErrorOutput(sink)).Named("xlb")
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 )
 
 // ErrUnknownBackend is what a Source's Drain and Undrain return for a name
@@ -63,7 +64,8 @@ func operate(src Source, undrain bool) http.HandlerFunc {
 		if undrain {
 			verb, fn = "undrained", src.Undrain
 		}
-		if err := fn(name); err != nil {
+		hit, err := fn(name)
+		if err != nil {
 			code := http.StatusInternalServerError
 			if errors.Is(err, ErrUnknownBackend) {
 				code = http.StatusNotFound
@@ -72,7 +74,12 @@ func operate(src Source, undrain bool) http.HandlerFunc {
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = fmt.Fprintf(w, "%s %s\n", verb, name)
+		for _, b := range hit {
+			_, _ = fmt.Fprintf(w, "%s %s\n", verb, b)
+		}
+		if len(hit) > 1 && !strings.Contains(name, "/") {
+			_, _ = fmt.Fprintf(w, "(%s is a backend of %d services: all were %s; SERVICE/%s names one)\n", name, len(hit), verb, name)
+		}
 	}
 }
 

@@ -21,7 +21,7 @@ func TestDrainEndpoints(t *testing.T) {
 	if got := eligible(); len(got) != 2 {
 		t.Fatalf("eligible before drain: %v, want b1 b2", got)
 	}
-	if code, body := doSock(t, sock, "POST", "/drain?backend=b1"); code != 200 || body != "drained b1\n" {
+	if code, body := doSock(t, sock, "POST", "/drain?backend=b1"); code != 200 || body != "drained web/b1\n" {
 		t.Fatalf("POST /drain: %d %q", code, body)
 	}
 	if got := eligible(); len(got) != 1 || got[0] != "b2" {
@@ -33,7 +33,7 @@ func TestDrainEndpoints(t *testing.T) {
 			t.Errorf("b1 after drain: %+v, want removed and draining", b)
 		}
 	}
-	if code, body := doSock(t, sock, "POST", "/undrain?backend=b1"); code != 200 || body != "undrained b1\n" {
+	if code, body := doSock(t, sock, "POST", "/undrain?backend=b1"); code != 200 || body != "undrained web/b1\n" {
 		t.Fatalf("POST /undrain: %d %q", code, body)
 	}
 	if got := eligible(); len(got) != 2 {

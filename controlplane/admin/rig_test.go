@@ -5,6 +5,7 @@ package admin_test
 // loopback port with its endpoints read over HTTP.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -74,14 +75,18 @@ func (s *rigSources) DrainNode(drained bool) error {
 
 // Drain and Undrain act on the rig's control plane at its clock, as `xlb
 // run` does on its own.
-func (s *rigSources) Drain(name string) error   { return opErr(s.rig.CP.Drain(name, s.rig.Now)) }
-func (s *rigSources) Undrain(name string) error { return opErr(s.rig.CP.Undrain(name, s.rig.Now)) }
+func (s *rigSources) Drain(name string) ([]string, error) {
+	return opErr(s.rig.CP.Drain(name, s.rig.Now))
+}
+func (s *rigSources) Undrain(name string) ([]string, error) {
+	return opErr(s.rig.CP.Undrain(name, s.rig.Now))
+}
 
-func opErr(err error) error {
+func opErr(hit []string, err error) ([]string, error) {
 	if errors.Is(err, controlplane.ErrUnknownBackend) {
-		return fmt.Errorf("%w: %v", admin.ErrUnknownBackend, err)
+		return nil, fmt.Errorf("%w: %v", admin.ErrUnknownBackend, err)
 	}
-	return err
+	return hit, err
 }
 
 // newRig starts the rig with its own worker on queue 0.
@@ -108,9 +113,9 @@ type fakeSources struct {
 func (s *fakeSources) Status() *admin.Report {
 	return admin.Gather(admin.Inputs{Snapshot: s.snap, Workers: s.workers, Conntrack: s.ct, Runtime: s.runtime})
 }
-func (s *fakeSources) Drain(string) error   { return errors.New("cannot drain") }
-func (s *fakeSources) Undrain(string) error { return errors.New("cannot drain") }
-func (s *fakeSources) DrainNode(bool) error { return errors.New("cannot drain") }
+func (s *fakeSources) Drain(string) ([]string, error)   { return nil, errors.New("cannot drain") }
+func (s *fakeSources) Undrain(string) ([]string, error) { return nil, errors.New("cannot drain") }
+func (s *fakeSources) DrainNode(bool) error             { return errors.New("cannot drain") }
 
 // frame builds p into a Frame with headroom.
 func frame(t testing.TB, p craft.Packet) dataplane.Frame {
@@ -291,6 +296,9 @@ func key(name string, labels []*dto.LabelPair) string {
 func status(t *testing.T, base string) (*admin.Report, map[string]any) {
 	t.Helper()
 	body := get(t, base+"/status", 200)
+	if bytes.Contains(body, []byte(`\u003e`)) || bytes.Contains(body, []byte(`\u003c`)) || bytes.Contains(body, []byte(`\u0026`)) {
+		t.Errorf("/status escapes < > & for HTML:\n%s", body)
+	}
 	var r admin.Report
 	if err := json.Unmarshal(body, &r); err != nil {
 		t.Fatalf("/status: %v\n%s", err, body)

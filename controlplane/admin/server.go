@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -183,15 +184,18 @@ func newHTTPServer(h http.Handler, headerTimeout time.Duration, log *zap.Logger)
 func readOnly(mux *http.ServeMux, src Source, metrics http.Handler, log *zap.Logger) {
 	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
-		b, err := json.MarshalIndent(src.Status(), "", "  ")
-		if err != nil {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false) // the whys' ">=" as they are
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(src.Status()); err != nil {
 			// Only a value JSON has no form for (a NaN latency) fails.
 			log.Error("encoding /status", zap.Error(err))
 			http.Error(w, "encoding status: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(append(b, '\n'))
+		_, _ = w.Write(b.Bytes()) // Encode ended it with a newline
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

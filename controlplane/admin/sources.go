@@ -13,11 +13,13 @@ type Source interface {
 	// Status is the state at this instant: what /status serves and
 	// /metrics exports (Gather builds most of it).
 	Status() *Report
-	// Drain and Undrain take a backend (an endpoint's name or address) out
-	// of service and back (POST /drain, /undrain); a name that is no
-	// current backend is ErrUnknownBackend.
-	Drain(name string) error
-	Undrain(name string) error
+	// Drain and Undrain take a backend out of service and back (POST
+	// /drain, /undrain): an endpoint's name or address, in every service
+	// that has it, or SERVICE/NAME; they return the backends changed as
+	// "service/name". A name that is no current backend is
+	// ErrUnknownBackend.
+	Drain(name string) ([]string, error)
+	Undrain(name string) ([]string, error)
 	// DrainNode withdraws (true) or announces again (false) this
 	// instance's routes while it keeps forwarding (POST /drain-node,
 	// /undrain-node).

@@ -48,6 +48,7 @@ type running struct {
 	rl      *reloader
 	ann     *announcer // nil without [bgp]
 	capture *capturer
+	rounds  func() []WorkerRounds
 }
 
 // New prepares an appliance for cfg, which must be valid for xlb run
@@ -121,24 +122,28 @@ func (a *Appliance) DrainNode(drained bool) error {
 	return nil
 }
 
-// Drain takes a backend (an endpoint's name or address) out of service:
-// no new connections, its tracked ones drain (M5). A name that is no
-// current backend is admin.ErrUnknownBackend.
-func (a *Appliance) Drain(name string) error {
+// Drain takes a backend out of service: no new connections, its tracked
+// ones drain (M5). name is an endpoint's name or address (in every
+// service that has it) or SERVICE/NAME; the backends drained come back as
+// "service/name". A name that is no current backend is
+// admin.ErrUnknownBackend.
+func (a *Appliance) Drain(name string) ([]string, error) {
 	r := a.cur.Load()
 	if r == nil {
-		return ErrNotRunning
+		return nil, ErrNotRunning
 	}
-	return opErr(name, r.cp.Drain(name, r.now()))
+	hit, err := r.cp.Drain(name, r.now())
+	return hit, opErr(name, err)
 }
 
-// Undrain returns a drained backend to service.
-func (a *Appliance) Undrain(name string) error {
+// Undrain returns a drained backend to service; name as for Drain.
+func (a *Appliance) Undrain(name string) ([]string, error) {
 	r := a.cur.Load()
 	if r == nil {
-		return ErrNotRunning
+		return nil, ErrNotRunning
 	}
-	return opErr(name, r.cp.Undrain(name, r.now()))
+	hit, err := r.cp.Undrain(name, r.now())
+	return hit, opErr(name, err)
 }
 
 func opErr(name string, err error) error {

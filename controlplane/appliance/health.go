@@ -34,6 +34,7 @@ func healthTargets(cfg *config.Config) ([]healthcheck.Target, map[string][]healt
 		}
 	}
 	targets := make([]healthcheck.Target, 0, n)
+	at := make(map[string]int, n) // key -> index in targets
 	feeds := make(map[string][]healthFeed, n)
 	for _, s := range cfg.Services {
 		if s.HealthCheck < 0 || s.HealthCheck >= len(cfg.HealthChecks) {
@@ -43,9 +44,13 @@ func healthTargets(cfg *config.Config) ([]healthcheck.Target, map[string][]healt
 		for _, g := range s.Groups {
 			for _, ep := range g.Endpoints {
 				key := ck.Name + "/" + ep.IP.String()
-				if _, ok := feeds[key]; !ok {
+				i, ok := at[key]
+				if !ok {
+					i = len(targets)
+					at[key] = i
 					targets = append(targets, healthcheck.Target{Key: key, Addr: ep.IP, Check: ck})
 				}
+				targets[i].Weighted = targets[i].Weighted || s.Locality == config.LocalityWeightedMaglev
 				feeds[key] = append(feeds[key], healthFeed{service: s.Name, ip: ep.IP})
 			}
 		}

@@ -77,7 +77,7 @@ backend_service = "db"
 
 // TestRunHealth_Targets: one probe per check and address, feeding every
 // service that has that backend with that check; its check is the
-// configured one.
+// configured one; it is Weighted when one of those services uses weights.
 func TestRunHealth_Targets(t *testing.T) {
 	cfg, err := config.Parse("h.toml", []byte(healthConfig))
 	if err != nil {
@@ -102,6 +102,13 @@ func TestRunHealth_Targets(t *testing.T) {
 	if targets[0].Addr != ip1 || ck.Type != config.CheckHTTP || ck.Port != 8080 || ck.RequestPath != "/healthz" ||
 		ck.CheckInterval != 2*time.Second || ck.Timeout != time.Second {
 		t.Errorf("target %+v: not the configured check", targets[0])
+	}
+	// Weighted (its weight reports are logged) when any service it feeds
+	// is WEIGHTED_MAGLEV: web is, dns and db are not.
+	for i, want := range []bool{true, true, false} {
+		if targets[i].Weighted != want {
+			t.Errorf("%s: Weighted %v, want %v", targets[i].Key, targets[i].Weighted, want)
+		}
 	}
 	// Every target is one the checker accepts.
 	if err := healthcheck.New(nil, healthcheck.Options{}).Set(targets); err != nil {

@@ -115,8 +115,8 @@ func waitNeighbours(ctx context.Context, res *neigh.Resolver, cfg *config.Config
 // macString formats a MAC for logs.
 func macString(m [6]byte) string { return net.HardwareAddr(m[:]).String() }
 
-// encapSrc is an outer source for logs (the zero Addr, "invalid IP", when
-// there is none).
+// encapSrc is an outer source for logs (the zero Addr when there is none:
+// addrField writes it as "none").
 func encapSrc(a [16]byte, ok bool) netip.Addr {
 	if !ok {
 		return netip.Addr{}

@@ -513,7 +513,7 @@ func TestRun_LeastPrivilege(t *testing.T) {
 		}
 		for _, verb := range []string{"drain", "undrain"} {
 			out, err := exec.Command(bin, verb, "--socket", sock, "be1").CombinedOutput()
-			if err != nil || !strings.Contains(string(out), verb+"ed be1") {
+			if err != nil || !strings.Contains(string(out), verb+"ed dns/be1") {
 				t.Fatalf("xlb %s be1 as root: %v %q", verb, err, out)
 			}
 		}

@@ -256,10 +256,10 @@ func TestX2_ReloadOfAConfig(t *testing.T) {
 		t.Errorf("failures %d, want 1", rep.Failure)
 	}
 	// The operator's drain, on the same control plane (M5).
-	if err := a.Drain("nope"); !errors.Is(err, admin.ErrUnknownBackend) || !strings.Contains(err.Error(), `"nope"`) {
+	if _, err := a.Drain("nope"); !errors.Is(err, admin.ErrUnknownBackend) || !strings.Contains(err.Error(), `"nope"`) {
 		t.Errorf("drain of an unknown name: %v, want admin.ErrUnknownBackend naming it", err)
 	}
-	if err := a.Drain("b1"); err != nil {
+	if _, err := a.Drain("b1"); err != nil {
 		t.Fatal(err)
 	}
 	drained := slices.ContainsFunc(a.Status().Services[0].Backends, func(b admin.BackendReport) bool {
@@ -268,7 +268,7 @@ func TestX2_ReloadOfAConfig(t *testing.T) {
 	if !drained {
 		t.Errorf("after Drain: %+v, want b1 removed and draining", a.Status().Services[0].Backends)
 	}
-	if err := a.Undrain("b1"); err != nil {
+	if _, err := a.Undrain("b1"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -276,8 +276,10 @@ func TestX2_ReloadOfAConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, drainErr := idle.Drain("b1")
+	_, undrainErr := idle.Undrain("b1")
 	for name, err := range map[string]error{"Reload": idle.Reload(cfg), "ReloadFile": idle.ReloadFile(),
-		"Drain": idle.Drain("b1"), "Undrain": idle.Undrain("b1")} {
+		"Drain": drainErr, "Undrain": undrainErr} {
 		if !errors.Is(err, ErrNotRunning) {
 			t.Errorf("%s before Run: %v, want ErrNotRunning", name, err)
 		}

@@ -228,8 +228,8 @@ func (s *stack) neighbours() error {
 func (s *stack) controlPlane() error {
 	local := localOf(s.res, s.cfg, s.link, s.log)
 	s.log.Info("local addresses", zap.String("mac", macString(local.MAC)),
-		zap.Stringer("encap_src_v4", encapSrc(local.EncapSrcV4, local.HasSrcV4)),
-		zap.Stringer("encap_src_v6", encapSrc(local.EncapSrcV6, local.HasSrcV6)),
+		addrField("encap_src_v4", encapSrc(local.EncapSrcV4, local.HasSrcV4)),
+		addrField("encap_src_v6", encapSrc(local.EncapSrcV6, local.HasSrcV6)),
 		zap.Int("max_frame", local.MaxFrame))
 	cp, err := controlplane.New(s.cfg, s.engine, controlplane.Options{
 		Local:          local,
@@ -361,8 +361,15 @@ func (s *stack) serveAdmin() error {
 	for _, q := range s.queues {
 		capt.workers = append(capt.workers, q.worker)
 	}
+	rounds := func() []WorkerRounds {
+		out := make([]WorkerRounds, len(s.queues))
+		for i, q := range s.queues {
+			out[i] = WorkerRounds{Queue: q.num, Rounds: q.worker.Rounds()}
+		}
+		return out
+	}
 	s.a.cur.Store(&running{cp: s.cp, ct: s.ct, workers: workers, now: worker.NowMs, runtime: s.runtime, rl: rl, ann: s.ann,
-		capture: capt})
+		rounds: rounds, capture: capt})
 	s.undo = append(s.undo, func() { s.a.cur.Store(nil) })
 	listen := s.cfg.Admin.Listen
 	collectors := []prometheus.Collector{s.a.health}
@@ -433,7 +440,7 @@ func (s *stack) startBGP() error {
 	}
 	s.ann = newAnnouncer(sp, s.cfg, s.cp.Snapshot, checked, nh4, nh6, s.log.Named("announce"))
 	s.log.Info("bgp speaker started", zap.Uint32("asn", b.ASN), zap.Stringer("router_id", id),
-		zap.Int("neighbors", len(b.Neighbors)), zap.Stringer("next_hop_v4", nh4), zap.Stringer("next_hop_v6", nh6))
+		zap.Int("neighbors", len(b.Neighbors)), addrField("next_hop_v4", nh4), addrField("next_hop_v6", nh6))
 	return nil
 }
 

@@ -15,6 +15,10 @@ import (
 type Args struct {
 	Src, Dst, Proto string
 	Sport, Dport    uint
+	// SportSet, DportSet: the port was given. TCP and UDP need both
+	// (but for a middle or last fragment, which carries none): port 0 is
+	// a port, and a default would answer a question nobody asked.
+	SportSet, DportSet bool
 	// Flags: TCP flags, any of S A F R P ("": A). Frag: none, first,
 	// middle or last.
 	Flags, Frag string
@@ -65,6 +69,10 @@ func (a *Args) Request() (*Request, error) {
 	p.SrcPort, p.DstPort, p.Flags = uint16(a.Sport), uint16(a.Dport), strings.ToUpper(a.Flags)
 	if p.Frag, err = craft.ParseFrag(a.Frag); err != nil {
 		return nil, argErr("--%v", err)
+	}
+	if ported := p.Proto == packet.ProtoTCP || p.Proto == packet.ProtoUDP; ported &&
+		(p.Frag == craft.FragNone || p.Frag == craft.FragFirst) && (!a.SportSet || !a.DportSet) {
+		return nil, argErr("--proto %s needs --sport and --dport", strings.ToLower(p.Proto.String()))
 	}
 	if a.InnerPortsSet && a.InnerProto == "" {
 		return nil, argErr("--inner-sport and --inner-dport need --inner-proto")

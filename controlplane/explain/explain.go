@@ -326,9 +326,11 @@ func (r *Report) WriteText(w io.Writer) {
 	line("why", r.Why)
 }
 
-// WriteJSON prints the report as JSON.
+// WriteJSON prints the report as JSON, with "->" and ">=" as they are
+// (not HTML-escaped: nobody embeds this in a page).
 func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
 }

@@ -196,6 +196,7 @@ func Run(cfgPath, scenarioPath string, emit func(*Result) error, warn io.Writer)
 // JSONLines returns an emit function writing one JSON line per result.
 func JSONLines(w io.Writer) func(*Result) error {
 	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // "->" and ">=" as they are
 	return func(r *Result) error { return enc.Encode(r) }
 }
 

@@ -127,6 +127,9 @@ type fakePoller struct {
 	err      error        // returned from every call when set
 	// sleep: Poll(d > 0) sleeps d, as poll(2) does on a quiet socket.
 	sleep bool
+	// stuck, when set, makes Poll(d > 0) wait until it is closed instead:
+	// a worker hung inside a round.
+	stuck chan struct{}
 }
 
 func newFakePoller() *fakePoller {
@@ -149,8 +152,11 @@ func (p *fakePoller) Poll(timeout time.Duration) (bool, error) {
 	} else {
 		p.timeouts = append(p.timeouts, timeout)
 	}
-	err, sleep := p.err, p.sleep
+	err, sleep, stuck := p.err, p.sleep, p.stuck
 	p.mu.Unlock()
+	if timeout > 0 && stuck != nil {
+		<-stuck
+	}
 	if timeout > 0 && sleep {
 		time.Sleep(timeout)
 	}

@@ -148,6 +148,15 @@ func (w *Worker) Counters() Counters {
 	}
 }
 
+// Rounds is how many times the loop has gone round: a batch, a spin or a
+// sleep in Poller.Poll each count one, so an idle worker's rounds still
+// advance at least once per IdleWait, and only a worker stuck inside a
+// round (or stopped) stops them. It is the worker's heartbeat for a
+// liveness check (the service manager's watchdog).
+func (w *Worker) Rounds() uint64 {
+	return w.c.batches.Load() + w.c.spins.Load() + w.c.sleeps.Load()
+}
+
 // Run polls until ctx is done, then returns nil; or returns the error that
 // stopped it (pinning, or the poller failing). It runs on a locked OS
 // thread; a pinned thread is never handed back to the runtime (it exits

@@ -266,7 +266,7 @@ func TestReload(t *testing.T) {
 
 	// Operator drain of b1: no new connection reaches it afterwards.
 	drainSent := time.Now()
-	if out, err := testbed.Exec(b.LB.NS, xlbBin, "drain", "--socket", adminSocket(b.LB.NS), "b1"); err != nil || out != "drained b1\n" {
+	if out, err := testbed.Exec(b.LB.NS, xlbBin, "drain", "--socket", adminSocket(b.LB.NS), "b1"); err != nil || out != "drained web/b1\n" {
 		t.Fatalf("xlb drain b1: %q, %v", out, err)
 	}
 	drained := time.Now()

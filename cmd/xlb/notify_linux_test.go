@@ -1,0 +1,171 @@
+package main
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"xlb/internal/nettest"
+	"xlb/internal/syncbuf"
+)
+
+// TestRun_NotifiesSystemd runs the built xlb as systemd would start a
+// Type=notify unit with WatchdogSec (this machine's PID 1 is not systemd,
+// so NOTIFY_SOCKET is a socket of the test's), in a namespace "xsn<pid>-N"
+// on a veth pair of its own: STATUS= while it starts, READY=1 once
+// attached with its worker running and the first health round done (the
+// one backend's check has a verdict: unhealthy, nothing listens), the
+// watchdog pinged while the worker goes round, RELOADING=1 then READY=1
+// around a SIGHUP, STOPPING=1 on SIGTERM and exit 0.
+func TestRun_NotifiesSystemd(t *testing.T) {
+	nettest.RequireRoot(t)
+	if xlbBin == "" {
+		t.Skip("no go command to build the binary with")
+	}
+	ns := nettest.NewNS(t, nettest.UniqueName("xsn"))
+	ns.AddVeth(t, nettest.Veth{Name: "xsn-b", PeerName: "xsn-p",
+		MAC:      net.HardwareAddr{0x02, 0x7e, 0, 0, 1, 0x0b},
+		PeerMAC:  net.HardwareAddr{0x02, 0x7e, 0, 0, 1, 0x0c},
+		RxQueues: 1, TxQueues: 1, PeerRxQueues: 1, PeerTxQueues: 1, NoIPv6: true})
+	if err := ns.Do(func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(lo)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "xlb.toml")
+	if err := os.WriteFile(cfg, []byte(`
+[dataplane]
+interface = "xsn-b"
+queues = "all"
+frame_size = 2048
+ring_size = 256
+conntrack_capacity = 1024
+
+[[health_check]]
+name = "hc"
+type = "TCP"
+port = 53
+check_interval_sec = 1
+timeout_sec = 1
+
+[[backend_service]]
+name = "dns"
+protocol = "UDP"
+health_checks = ["hc"]
+  [[backend_service.backend]]
+  group = "a"
+  endpoints = [ { name = "be1", ip = "10.202.0.2", mac = "02:00:00:00:be:01" } ]
+
+[[forwarding_rule]]
+name = "dns"
+ip_address = "10.202.1.1"
+ip_protocol = "UDP"
+ports = ["53"]
+backend_service = "dns"
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A path, not an abstract name: those belong to a network namespace.
+	sockPath := filepath.Join(dir, "notify")
+	sock, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sockPath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.Close()
+
+	cmd := exec.Command(xlbBin, "run", "-c", cfg, "--log-format", "console")
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sockPath, "WATCHDOG_USEC=4000000")
+	var stderr syncbuf.Buffer
+	cmd.Stderr = &stderr
+	if err := ns.Do(cmd.Start); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	defer func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("xlb stderr:\n%s", stderr.String())
+		}
+	}()
+
+	// next is the next notification (30 s at most: only a hang waits).
+	var seen []string
+	next := func() string {
+		t.Helper()
+		buf := make([]byte, 4096)
+		_ = sock.SetReadDeadline(time.Now().Add(30 * time.Second))
+		n, err := sock.Read(buf)
+		if err != nil {
+			t.Fatalf("no notification after %q: %v", seen, err)
+		}
+		seen = append(seen, string(buf[:n]))
+		return string(buf[:n])
+	}
+	// until reads notifications up to the first that starts with prefix.
+	until := func(prefix string) string {
+		t.Helper()
+		for {
+			if m := next(); strings.HasPrefix(m, prefix) {
+				return m
+			}
+		}
+	}
+	if m := next(); !strings.HasPrefix(m, "STATUS=starting") {
+		t.Fatalf("first notification %q, want STATUS=starting", m)
+	}
+	ready := until("READY=1")
+	if want := "READY=1\nSTATUS=forwarding: xsn-b native XDP, 1 queues; 1 services; 0/1 backends healthy; conntrack 0%"; ready != want {
+		t.Errorf("ready: %q\nwant %q", ready, want)
+	}
+	// Before READY=1 only STATUS= lines: nothing said it was ready early.
+	for _, m := range seen[:len(seen)-1] {
+		if !strings.HasPrefix(m, "STATUS=") {
+			t.Errorf("before READY=1: %q", m)
+		}
+	}
+	until("WATCHDOG=1") // 2 s after READY=1: the idle worker went round
+
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	until("RELOADING=1\nMONOTONIC_USEC=")
+	if m := until("READY=1"); !strings.Contains(m, "reloads 1 ok, 0 failed") {
+		t.Errorf("after the reload: %q, want the reload counted in STATUS=", m)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if m := until("STOPPING=1"); m != "STOPPING=1\nSTATUS=stopping" {
+		t.Errorf("stopping: %q", m)
+	}
+	select {
+	case <-exited:
+		if waitErr != nil {
+			t.Errorf("xlb run: %v, want exit 0 after SIGTERM", waitErr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("xlb run still running 30 s after SIGTERM")
+	}
+	if strings.Contains(stderr.String(), `{"level"`) {
+		t.Errorf("--log-format console wrote JSON:\n%s", stderr.String())
+	}
+}
