@@ -182,7 +182,7 @@ func (dc *Decider) decideBatch(frames []Frame, snap *Snapshot, now int64) {
 	}
 	for i := range n {
 		if d := &dc.ds[i]; d.pending && d.Trackable {
-			sink += ct.PrefetchSlot(dc.hints[i])
+			sink += ct.PrefetchSlot(&d.TrackKey, dc.hints[i])
 		}
 	}
 	dc.sink = sink
