@@ -206,6 +206,16 @@ func (t *Table) Prefetch(h Hint) uint64 {
 	return t.buckets[h.bi].slots[h.home].hdr.Load()
 }
 
+// PrefetchInsert loads, besides the home line Prefetch loads, the lines an
+// Upsert of a new key at h reads in most cases: slot 0's, whose header
+// holds the bucket's writer lock, and the home's partner in its 128-byte
+// block, where the key goes when its home is taken. A worker calls it for
+// frames that will likely insert (SYNs), in the same pass as Prefetch.
+func (t *Table) PrefetchInsert(h Hint) uint64 {
+	b := &t.buckets[h.bi]
+	return b.slots[0].hdr.Load() + b.slots[(h.home^1)&slotMask].hdr.Load()
+}
+
 // PrefetchSlot, after Prefetch brought k's home line in, loads the other
 // lines k may be on when its home slot holds another key (its home was
 // taken when k was inserted): the slots its home reaches. It returns a

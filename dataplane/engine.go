@@ -179,6 +179,9 @@ func (dc *Decider) decideBatch(frames []Frame, snap *Snapshot, now int64) {
 	for i := range n {
 		if d := &dc.ds[i]; d.pending && d.Trackable {
 			sink += ct.Prefetch(dc.hints[i])
+			if d.Flow.SYN {
+				sink += ct.PrefetchInsert(dc.hints[i])
+			}
 		}
 	}
 	for i := range n {
