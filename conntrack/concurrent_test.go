@@ -78,7 +78,7 @@ func hammer(t *testing.T, tab *Table, nkeys, goroutines, ops int) {
 	}
 }
 
-// TestT3_ConcurrentNoTornValues: one bucket, every fingerprint equal, twice
+// TestT3_ConcurrentNoTornValues: one bucket, every key of the same home, twice
 // as many keys as slots: constant collisions, evictions and rewrites of the
 // slots being read.
 func TestT3_ConcurrentNoTornValues(t *testing.T) {

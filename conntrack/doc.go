@@ -5,17 +5,23 @@
 // # Layout
 //
 // The table is one fixed array of buckets (a power of two of them), chosen by
-// the low bits of a seeded 64-bit hash of the 40-byte Key. A bucket is 512
-// bytes, eight cache lines, and holds eight entries:
+// the low bits of a seeded 64-bit hash of the 40-byte Key; the top three
+// bits pick the key's home slot in its bucket. A bucket is 512 bytes and
+// holds eight entries, each one cache line:
 //
 //	+-------------------------------------------------------------+
-//	| header: 8 words, one per slot                                | line 0
-//	|   [ seq:32 | fingerprint:31 | lock:1 ]   (lock used in [0]) |
+//	| slot 0: header | key w0..w4 | value | lastUse   (8 words)    | line 0
+//	|   header: [ seq:32 | reach:3 | home:3 | used:1 | lock:1 ]    |
+//	| slot 1 ...                                                  | line 1
+//	| slot 7 ...                                                  | line 7
 //	+-------------------------------------------------------------+
-//	| slot 0: key w0..w4 | value | lastUse     (7 words, 56 B)     | lines 1..7
-//	| slot 1 ...                                                  |
-//	| slot 7 ...                                                  |
-//	+-------------------------------------------------------------+
+//
+// A key goes into the first free slot of the probe order home, home^1,
+// home^2, ... home^7 (the first two share a 128-byte block); its home
+// slot's reach records the farthest probe any key of that home is at. At
+// half load three keys in four sit in their home slot, nearly nine in ten
+// within its 128-byte block, so most lookups read one line, where a
+// separate line of fingerprints would make every lookup read two or three.
 //
 // Memory: 64 bytes per entry (512-byte bucket / 8 entries), plus a few KiB of
 // counters for the whole table. New rounds the capacity up to a power of two
@@ -25,9 +31,9 @@
 // no worker pays a first-touch fault, a 2 MiB page zeroed, in its packet
 // loop. Lock keeps it resident (mlock). Memory says how it went.
 //
-// A lookup reads the header line, compares the 31-bit fingerprints (taken
-// from the high hash bits; zero means an empty slot), and for a matching
-// slot compares all five key words, so two flows never share an entry
+// A lookup reads its home slot and, while the home's reach says so, the
+// next slots of the probe order; it compares all five key words of each
+// slot whose occupant has the same home, so two flows never share an entry
 // however their hashes collide (T3). The value word packs the backend
 // reference, the side and the idle timeout; lastUse is the caller's clock in
 // milliseconds.
@@ -36,11 +42,14 @@
 //
 // Every shared word is a sync/atomic value. Each slot header carries a
 // sequence number (a seqlock): a writer makes it odd, writes the slot, then
-// makes it even again with the new fingerprint. A reader loads the header,
+// makes it even again with the new key's home. A reader loads the header,
 // the slot words and the header again, and retries only if the header
 // changed; it never takes a lock and only ever waits for the few stores of
 // a write to the very slot it wants. Writers of one bucket serialize on a
-// lock bit in header word 0 (one CAS); different buckets share nothing.
+// lock bit in slot 0's header (one CAS); different buckets share nothing.
+// Keys never move: a writer fills a free or reclaimed slot, and adjusts a
+// home's reach (a header store that leaves the sequence alone) after
+// placing or removing a key of that home.
 // Touch stores lastUse alone, outside the seqlock: it is one word, and a
 // stale touch of a reused slot merely refreshes another entry.
 //

@@ -26,11 +26,11 @@ func val(i int) Value {
 }
 
 // oneBucket returns a table of a single bucket in which every key has the
-// same fingerprint, so every lookup meets every collision there is (T3).
+// same home slot, so every lookup meets every collision there is (T3).
 func oneBucket(tb testing.TB) *Table {
 	tb.Helper()
 	t := newTable(1)
-	t.fpMask = 0
+	t.homeMask = 0
 	return t
 }
 

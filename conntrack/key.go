@@ -85,16 +85,29 @@ func mix(a, b uint64) uint64 {
 	return hi ^ lo
 }
 
+// v4Mapped is the low half of an IPv4-mapped address's second word:
+// ::ffff:a.b.c.d has 0xffff in bytes 10-11 (little endian).
+const v4Mapped = 0xffff << 16
+
 // hash mixes the key words with the per-table secret seed. Two independent
 // multiplies, then one to combine them, then a finalizer: keys that differ
 // only in a few bits of w[4] (ports, service) change the folded product
 // a*b only a little in its low bits, and for about 1 % of seeds dozens of
 // such keys would share a bucket (and evict each other in an empty table);
 // the finalizer spreads every bit over the low bits the bucket index uses.
+// A key of two IPv4 addresses has only 96 bits that vary (the addresses
+// and w[4]): one multiply of them, then the finalizer, half the work. The
+// two forms need not agree: a hash only places a key, and keys are
+// compared whole (T3).
 func hash(w *keyWords, s *[6]uint64) uint64 {
-	a := mix(w[0]^s[0], w[1]^s[1])
-	b := mix(w[2]^s[2], w[3]^s[3])
-	h := mix(a^w[4]^s[4], b^s[5])
+	var h uint64
+	if w[0]|w[2] == 0 && uint32(w[1]) == v4Mapped && uint32(w[3]) == v4Mapped {
+		h = mix(w[1]>>32|w[3]&^0xffffffff^s[0], w[4]^s[1])
+	} else {
+		a := mix(w[0]^s[0], w[1]^s[1])
+		b := mix(w[2]^s[2], w[3]^s[3])
+		h = mix(a^w[4]^s[4], b^s[5])
+	}
 	h ^= h >> 32
 	h *= 0x9e3779b97f4a7c15
 	return h ^ h>>29

@@ -24,9 +24,7 @@ var ErrCapacity = errors.New("conntrack: capacity out of range")
 
 const (
 	slotsPerBucket  = 8
-	lockBit         = 1         // bucket writer lock, in header word 0 only
-	fpMaskAll       = 1<<31 - 1 // fingerprints are 31 bits, never 0
-	spinBeforeYield = 64        // retries before a waiter yields the P
+	spinBeforeYield = 64 // retries before a waiter yields the P
 )
 
 // Value is what an entry records.
@@ -81,39 +79,53 @@ func (r InsertResult) String() string {
 	return fmt.Sprintf("InsertResult(%d)", uint8(r))
 }
 
+// slot is one entry on one cache line: its header, key, value and last use,
+// so that a lookup that finds its key in its home slot reads one line.
 type slot struct {
+	hdr  atomic.Uint64 // see hdrUsed and below
 	key  [5]atomic.Uint64
 	val  atomic.Uint64
 	last atomic.Uint64 // int64 ms
 }
 
-// bucket is 512 bytes: a header line and eight 56-byte slots. The table's
-// backing array is one large allocation, hence page-aligned, so every
-// header sits on its own cache line.
+// bucket is eight slots, 512 bytes. The table's backing array is one large
+// allocation, hence page-aligned, so every slot is one cache line.
 type bucket struct {
-	hdr   [slotsPerBucket]atomic.Uint64
 	slots [slotsPerBucket]slot
 }
 
-// Header word: seq<<32 | fp<<1 | lock. seq is odd while a writer is inside
-// the slot; fp 0 means empty.
+// Header word of a slot:
+//
+//	seq:32 | 0:24 | reach:3 | home:3 | used:1 | lock:1
+//
+// seq is odd while a writer is inside the slot. used: the slot holds a key,
+// whose home slot (from its hash) is home. reach belongs to the slot as a
+// home: every key of this home lies within reach slots after it (the
+// bucket wraps), so a lookup reads slots home..home+reach and no more. lock
+// is the bucket's writer lock, in slot 0 only.
+const (
+	lockBit    = 1
+	hdrUsed    = 1 << 1
+	homeShift  = 2
+	reachShift = 5
+	slotMask   = slotsPerBucket - 1
+)
+
 func hdrSeq(h uint64) uint32 { return uint32(h >> 32) }
-func hdrFP(h uint64) uint32  { return uint32(h>>1) & fpMaskAll }
-func mkHdr(seq, fp uint32, lock uint64) uint64 {
-	return uint64(seq)<<32 | uint64(fp)<<1 | lock
-}
+func hdrHome(h uint64) int   { return int(h>>homeShift) & slotMask }
+func hdrReach(h uint64) int  { return int(h>>reachShift) & slotMask }
 
 // Table is a fixed-capacity, concurrent flow table. All methods are safe
 // for concurrent use.
 type Table struct {
-	buckets []bucket
-	mask    uint64 // len(buckets) - 1
-	fpMask  uint32 // fpMaskAll; tests narrow it to force fingerprint collisions
-	seed    [6]uint64
-	stats   []stripe
-	mem     Memory
-	mapping []byte // the buckets' own mapping (nil on the Go heap), for Lock
-	unmap   func() // tests: unmap now, not when collected (nil on the Go heap)
+	buckets  []bucket
+	mask     uint64 // len(buckets) - 1
+	homeMask uint64 // slotMask; tests set 0 to give every key the same home
+	seed     [6]uint64
+	stats    []stripe
+	mem      Memory
+	mapping  []byte // the buckets' own mapping (nil on the Go heap), for Lock
+	unmap    func() // tests: unmap now, not when collected (nil on the Go heap)
 }
 
 // New returns an empty table holding at least capacity entries: the
@@ -143,9 +155,9 @@ func New(capacity int) (*Table, error) {
 // tests use it directly for tiny tables.
 func newTable(n int) *Table {
 	t := &Table{
-		mask:   uint64(n - 1),
-		fpMask: fpMaskAll,
-		stats:  make([]stripe, min(n, statStripes)),
+		mask:     uint64(n - 1),
+		homeMask: slotMask,
+		stats:    make([]stripe, min(n, statStripes)),
 	}
 	t.buckets = allocBuckets(t, n)
 	return t
@@ -155,15 +167,11 @@ func newTable(n int) *Table {
 // is full.
 func (t *Table) Capacity() int { return len(t.buckets) * slotsPerBucket }
 
-// locate hashes k into its words, its bucket and its fingerprint.
-func (t *Table) locate(k *Key, w *keyWords) (bi uint64, fp uint32) {
+// locate hashes k into its words, its bucket and its home slot.
+func (t *Table) locate(k *Key, w *keyWords) (bi uint64, home uint32) {
 	w.from(k)
 	h := hash(w, &t.seed)
-	fp = uint32(h>>33) & t.fpMask
-	if fp == 0 {
-		fp = 1
-	}
-	return h & t.mask, fp
+	return h & t.mask, uint32(h >> 61 & t.homeMask)
 }
 
 // wait is what a reader or writer does between retries: spin briefly, then
@@ -174,40 +182,61 @@ func wait(spin int) {
 	}
 }
 
-// Hint is where a key lives: its bucket and fingerprint, hashed once. A
+// Hint is where a key lives: its bucket and home slot, hashed once. A
 // worker computes the hints of a whole batch, touches their memory with
 // Prefetch (independent loads the CPU overlaps), then looks up with
 // LookupHint: a batch then pays about one memory latency instead of one per
 // packet.
 type Hint struct {
-	bi uint64
-	fp uint32
+	bi   uint64
+	home uint32
 }
 
 // Hint hashes k.
 func (t *Table) Hint(k *Key) Hint {
 	var w keyWords
-	bi, fp := t.locate(k, &w)
-	return Hint{bi: bi, fp: fp}
+	bi, home := t.locate(k, &w)
+	return Hint{bi: bi, home: home}
 }
 
-// Prefetch loads the bucket header line of h and returns a value only so
-// that the load cannot be dropped; callers sum and discard it.
+// Prefetch loads the line of h's home slot, which holds the key itself
+// unless its home was taken when it was inserted, and returns a value only
+// so that the load cannot be dropped; callers sum and discard it.
 func (t *Table) Prefetch(h Hint) uint64 {
-	return t.buckets[h.bi].hdr[0].Load()
+	return t.buckets[h.bi].slots[h.home].hdr.Load()
 }
 
-// PrefetchSlot loads the first and last words of the slot whose fingerprint
-// matches h (after Prefetch brought the header in), or nothing on a miss.
-func (t *Table) PrefetchSlot(h Hint) uint64 {
+// PrefetchInsert loads, besides the home line Prefetch loads, the lines an
+// Upsert of a new key at h reads in most cases: slot 0's, whose header
+// holds the bucket's writer lock, and the home's partner in its 128-byte
+// block, where the key goes when its home is taken. A worker calls it for
+// frames that will likely insert (SYNs), in the same pass as Prefetch.
+func (t *Table) PrefetchInsert(h Hint) uint64 {
 	b := &t.buckets[h.bi]
-	for i := range slotsPerBucket {
-		if hdrFP(b.hdr[i].Load()) == h.fp {
-			// A 56-byte slot may straddle two lines: touch both ends.
-			return b.slots[i].key[0].Load() ^ b.slots[i].last.Load()
-		}
+	return b.slots[0].hdr.Load() + b.slots[(h.home^1)&slotMask].hdr.Load()
+}
+
+// PrefetchSlot, after Prefetch brought k's home line in, loads the other
+// lines k may be on when its home slot holds another key (its home was
+// taken when k was inserted): the slots its home reaches. It returns a
+// value only so that the loads cannot be dropped.
+func (t *Table) PrefetchSlot(k *Key, h Hint) uint64 {
+	b := &t.buckets[h.bi]
+	home := int(h.home)
+	hh := b.slots[home].hdr.Load()
+	reach := hdrReach(hh)
+	if reach == 0 {
+		return hh
 	}
-	return 0
+	var w keyWords
+	w.from(k)
+	if hdrHome(hh) == home && b.slots[home].holds(&w) {
+		return hh
+	}
+	for d := 1; d <= reach; d++ {
+		hh += b.slots[home^d].hdr.Load()
+	}
+	return hh
 }
 
 // Lookup finds k. Entries idle for IdleSec seconds or more (now - LastUse >=
@@ -222,28 +251,30 @@ func (t *Table) Lookup(k *Key, now int64) (Entry, bool) {
 func (t *Table) LookupHint(k *Key, h Hint, now int64) (Entry, bool) {
 	var w keyWords
 	w.from(k)
-	bi, fp := h.bi, h.fp
-	b := &t.buckets[bi]
-	for i := range slotsPerBucket {
+	b := &t.buckets[h.bi]
+	home := int(h.home)
+	reach := hdrReach(b.slots[home].hdr.Load())
+	for d := 0; d <= reach; d++ {
+		i := home ^ d
+		s := &b.slots[i]
 		for spin := 0; ; spin++ {
-			h1 := b.hdr[i].Load() &^ lockBit
-			if hdrFP(h1) != fp {
-				break // empty, another key, or being rewritten from another key
+			h1 := s.hdr.Load() &^ lockBit
+			if h1&hdrUsed == 0 || hdrHome(h1) != home {
+				break // empty, or another home's key
 			}
 			if hdrSeq(h1)&1 != 0 {
 				wait(spin) // a writer is inside this very slot
 				continue
 			}
-			s := &b.slots[i]
 			same := s.holds(&w)
 			val := s.val.Load()
 			last := int64(s.last.Load())
-			if b.hdr[i].Load()&^lockBit != h1 {
+			if s.hdr.Load()&^lockBit != h1 {
 				wait(spin) // torn read: retry this slot
 				continue
 			}
 			if !same {
-				break // fingerprint collision with another flow (T3)
+				break // another flow of the same home (T3)
 			}
 			if expired(val, last, now) {
 				return Entry{}, false
@@ -251,7 +282,7 @@ func (t *Table) LookupHint(k *Key, h Hint, now int64) (Entry, bool) {
 			return Entry{
 				Value:   unpack(val),
 				LastUse: last,
-				ref:     uint32(bi*slotsPerBucket) + uint32(i) + 1,
+				ref:     uint32(h.bi*slotsPerBucket) + uint32(i) + 1,
 				seq:     hdrSeq(h1),
 			}, true
 		}
@@ -267,20 +298,21 @@ func (t *Table) Touch(e *Entry, now int64) {
 		return
 	}
 	i := e.ref - 1
-	b := &t.buckets[i/slotsPerBucket]
-	if hdrSeq(b.hdr[i%slotsPerBucket].Load()) != e.seq {
+	s := &t.buckets[i/slotsPerBucket].slots[i%slotsPerBucket]
+	if hdrSeq(s.hdr.Load()) != e.seq {
 		return
 	}
-	b.slots[i%slotsPerBucket].last.Store(uint64(now))
+	s.last.Store(uint64(now))
 	e.LastUse = now
 }
 
-// lock takes the bucket's writer lock (header word 0, lock bit). Only
+// lock takes the bucket's writer lock (slot 0's header, lock bit). Only
 // writers of this bucket contend; readers never look at the bit.
 func (b *bucket) lock() {
+	h0 := &b.slots[0].hdr
 	for spin := 0; ; spin++ {
-		h := b.hdr[0].Load()
-		if h&lockBit == 0 && b.hdr[0].CompareAndSwap(h, h|lockBit) {
+		h := h0.Load()
+		if h&lockBit == 0 && h0.CompareAndSwap(h, h|lockBit) {
 			return
 		}
 		wait(spin)
@@ -290,25 +322,28 @@ func (b *bucket) lock() {
 // unlock releases the writer lock. Only the holder changes header words, so
 // a plain store is enough.
 func (b *bucket) unlock() {
-	b.hdr[0].Store(b.hdr[0].Load() &^ lockBit)
+	h0 := &b.slots[0].hdr
+	h0.Store(h0.Load() &^ lockBit)
 }
 
-// lockOf returns the lock bit that header word i must keep while the bucket
-// is locked (only word 0 carries it).
-func lockOf(i int) uint64 {
+// setHdr stores header word i under the bucket lock, keeping the lock bit
+// where slot 0 carries it.
+func (b *bucket) setHdr(i int, h uint64) {
 	if i == 0 {
-		return lockBit
+		h |= lockBit
 	}
-	return 0
+	b.slots[i].hdr.Store(h)
 }
 
-// write fills slot i under the bucket lock, inside an odd sequence number so
-// that readers never see a mix of old and new words. A nil w keeps the key
-// (an in-place update).
-func (b *bucket) write(i int, fp uint32, w *keyWords, val uint64, now int64) {
-	h := b.hdr[i].Load()
-	seq, l := hdrSeq(h), lockOf(i)
-	b.hdr[i].Store(mkHdr(seq+1, hdrFP(h), l))
+// write fills slot i with a key of home home under the bucket lock, inside
+// an odd sequence number so that readers never see a mix of old and new
+// words. A nil w keeps the key (an in-place update). The slot's own reach
+// (as a home) is kept.
+func (b *bucket) write(i, home int, w *keyWords, val uint64, now int64) {
+	h := b.slots[i].hdr.Load() &^ lockBit
+	seq := uint64(hdrSeq(h))
+	keep := h & (slotMask << reachShift)
+	b.setHdr(i, (seq+1)<<32|keep|h&(hdrUsed|slotMask<<homeShift))
 	s := &b.slots[i]
 	if w != nil {
 		for j := range w {
@@ -317,18 +352,47 @@ func (b *bucket) write(i int, fp uint32, w *keyWords, val uint64, now int64) {
 	}
 	s.val.Store(val)
 	s.last.Store(uint64(now))
-	b.hdr[i].Store(mkHdr(seq+2, fp, l))
+	b.setHdr(i, (seq+2)<<32|keep|uint64(home)<<homeShift|hdrUsed)
+}
+
+// clear empties slot i under the bucket lock: one store; readers that saw
+// the old header retry and find it empty.
+func (b *bucket) clear(i int) {
+	h := b.slots[i].hdr.Load() &^ lockBit
+	b.setHdr(i, uint64(hdrSeq(h)+2)<<32|h&(slotMask<<reachShift))
+}
+
+// setReach sets the reach of home slot home under the bucket lock (the
+// slot's sequence is unchanged: the reach is not part of its entry).
+func (b *bucket) setReach(home, reach int) {
+	h := b.slots[home].hdr.Load() &^ lockBit
+	b.setHdr(home, h&^(slotMask<<reachShift)|uint64(reach)<<reachShift)
+}
+
+// fitReach lowers or raises home's reach to the farthest of its keys still
+// stored (expired ones too: an Upsert of the same key must find them).
+func (b *bucket) fitReach(home int) {
+	reach := 0
+	for d := range slotsPerBucket {
+		h := b.slots[home^d].hdr.Load()
+		if h&hdrUsed != 0 && hdrHome(h) == home {
+			reach = d
+		}
+	}
+	if hdrReach(b.slots[home].hdr.Load()) != reach {
+		b.setReach(home, reach)
+	}
 }
 
 func (s *slot) holds(w *keyWords) bool {
-	return s.key[0].Load() == w[0] && s.key[1].Load() == w[1] &&
-		s.key[2].Load() == w[2] && s.key[3].Load() == w[3] &&
-		s.key[4].Load() == w[4]
+	return s.key[4].Load() == w[4] && s.key[1].Load() == w[1] &&
+		s.key[3].Load() == w[3] && s.key[0].Load() == w[0] &&
+		s.key[2].Load() == w[2]
 }
 
 // victim picks the slot of a full bucket that a new key takes (X3): the
 // first expired one, else the least recently used. It reads every slot, so
-// Upsert calls it only when the header shows no free slot.
+// Upsert calls it only when no slot is free.
 func (b *bucket) victim(now int64) (i int, dead bool) {
 	lru, oldest := 0, int64(math.MaxInt64)
 	for i := range slotsPerBucket {
@@ -344,6 +408,20 @@ func (b *bucket) victim(now int64) (i int, dead bool) {
 	return lru, false
 }
 
+// find returns the slot holding w among home's, or -1; under the bucket
+// lock.
+func (b *bucket) find(home int, w *keyWords) int {
+	reach := hdrReach(b.slots[home].hdr.Load())
+	for d := 0; d <= reach; d++ {
+		i := home ^ d
+		h := b.slots[i].hdr.Load()
+		if h&hdrUsed != 0 && hdrHome(h) == home && b.slots[i].holds(w) {
+			return i
+		}
+	}
+	return -1
+}
+
 // Upsert creates or overwrites the entry for k, last used at now. When k's
 // bucket is full it reuses an expired slot, else evicts the bucket's least
 // recently used entry (X3); it never fails. Overwriting an expired entry of
@@ -357,30 +435,19 @@ func (t *Table) Upsert(k *Key, v Value, now int64) InsertResult {
 func (t *Table) UpsertHint(k *Key, h Hint, v Value, now int64) InsertResult {
 	var w keyWords
 	w.from(k)
-	bi, fp := h.bi, h.fp
-	b := &t.buckets[bi]
-	st := &t.stats[bi&uint64(len(t.stats)-1)]
+	b := &t.buckets[h.bi]
+	home := int(h.home)
+	st := &t.stats[h.bi&uint64(len(t.stats)-1)]
 	val := v.pack()
 
 	b.lock()
 	defer b.unlock()
-	// Header line only, unless a fingerprint matches: keys are unique in a
-	// bucket because every writer checks under the lock.
-	free := -1
-	for i := range slotsPerBucket {
-		f := hdrFP(b.hdr[i].Load())
-		if f == 0 {
-			if free < 0 {
-				free = i
-			}
-			continue
-		}
-		if f != fp || !b.slots[i].holds(&w) {
-			continue
-		}
+	// Keys are unique in a bucket because every writer checks under the
+	// lock.
+	if i := b.find(home, &w); i >= 0 {
 		s := &b.slots[i]
 		dead := expired(s.val.Load(), int64(s.last.Load()), now)
-		b.write(i, fp, nil, val, now)
+		b.write(i, home, nil, val, now)
 		if dead {
 			st.inserts.Add(1)
 			st.reclaimed.Add(1)
@@ -390,12 +457,25 @@ func (t *Table) UpsertHint(k *Key, h Hint, v Value, now int64) InsertResult {
 		return Updated
 	}
 	st.inserts.Add(1)
-	if free >= 0 {
-		b.write(free, fp, &w, val, now)
-		return Inserted
+	// The first free slot from home on: most keys land in their home, and
+	// a lookup then reads one line.
+	for d := range slotsPerBucket {
+		i := home ^ d
+		if b.slots[i].hdr.Load()&hdrUsed == 0 {
+			b.write(i, home, &w, val, now)
+			if d > hdrReach(b.slots[home].hdr.Load()) {
+				b.setReach(home, d)
+			}
+			return Inserted
+		}
 	}
 	i, dead := b.victim(now)
-	b.write(i, fp, &w, val, now)
+	old := hdrHome(b.slots[i].hdr.Load())
+	b.write(i, home, &w, val, now)
+	b.fitReach(old)
+	if d := i ^ home; d > hdrReach(b.slots[home].hdr.Load()) {
+		b.setReach(home, d)
+	}
 	if dead {
 		st.reclaimed.Add(1)
 		return Inserted
@@ -408,21 +488,19 @@ func (t *Table) UpsertHint(k *Key, h Hint, v Value, now int64) InsertResult {
 // was one.
 func (t *Table) Delete(k *Key) bool {
 	var w keyWords
-	bi, fp := t.locate(k, &w)
+	bi, h := t.locate(k, &w)
+	home := int(h)
 	b := &t.buckets[bi]
 	b.lock()
 	defer b.unlock()
-	for i := range slotsPerBucket {
-		h := b.hdr[i].Load()
-		if hdrFP(h) != fp || !b.slots[i].holds(&w) {
-			continue
-		}
-		// One store: readers that saw the old header retry and find it empty.
-		b.hdr[i].Store(mkHdr(hdrSeq(h)+2, 0, lockOf(i)))
-		t.stats[bi&uint64(len(t.stats)-1)].deletes.Add(1)
-		return true
+	i := b.find(home, &w)
+	if i < 0 {
+		return false
 	}
-	return false
+	b.clear(i)
+	b.fitReach(home)
+	t.stats[bi&uint64(len(t.stats)-1)].deletes.Add(1)
+	return true
 }
 
 // Range calls fn for each live, unexpired entry until fn returns false.
@@ -433,30 +511,30 @@ func (t *Table) Range(now int64, fn func(k Key, e Entry) bool) {
 	for bi := range t.buckets {
 		b := &t.buckets[bi]
 		for i := range slotsPerBucket {
+			s := &b.slots[i]
 			var w keyWords
 			var h, val uint64
 			var last int64
 			for spin := 0; ; spin++ {
-				h = b.hdr[i].Load() &^ lockBit
-				if hdrFP(h) == 0 {
+				h = s.hdr.Load() &^ lockBit
+				if h&hdrUsed == 0 {
 					break
 				}
 				if hdrSeq(h)&1 != 0 {
 					wait(spin)
 					continue
 				}
-				s := &b.slots[i]
 				for j := range w {
 					w[j] = s.key[j].Load()
 				}
 				val = s.val.Load()
 				last = int64(s.last.Load())
-				if b.hdr[i].Load()&^lockBit == h {
+				if s.hdr.Load()&^lockBit == h {
 					break
 				}
 				wait(spin)
 			}
-			if hdrFP(h) == 0 || expired(val, last, now) {
+			if h&hdrUsed == 0 || expired(val, last, now) {
 				continue
 			}
 			e := Entry{

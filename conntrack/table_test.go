@@ -1,12 +1,13 @@
 package conntrack
 
 import (
+	"math/rand/v2"
 	"testing"
 )
 
 // TestT3_ExactKeysUnderCollision puts keys that differ in a single field
-// into one bucket where all fingerprints are equal: each lookup must still
-// find its own entry and never another flow's.
+// into one bucket where all keys have the same home slot: each lookup must
+// still find its own entry and never another flow's.
 func TestT3_ExactKeysUnderCollision(t *testing.T) {
 	tab := oneBucket(t)
 	base := key5(1)
@@ -33,7 +34,7 @@ func TestT3_ExactKeysUnderCollision(t *testing.T) {
 			t.Errorf("variant %d: backend %d, want %d", i, e.Backend, i)
 		}
 	}
-	// Same bucket, same fingerprint, not stored: a miss, not a neighbour.
+	// Same bucket, same home, not stored: a miss, not a neighbour.
 	k2 := base
 	k2.Kind, k2.SrcPort, k2.DstPort, k2.Proto = Kind2T, 0, 0, 0
 	mustMiss(t, tab, k2, 1)
@@ -418,5 +419,118 @@ func TestUpsertHint_SameAsUpsert(t *testing.T) {
 	}
 	if n := tab.Len(); n != 200 {
 		t.Errorf("%d entries, want 200", n)
+	}
+}
+
+// TestReachCoversEveryKey: random upserts (some expiring), deletes and
+// evictions in a few small tables, every key in its own home or beyond it;
+// after each operation every stored key is still found by Lookup (its
+// home's reach covers it), is stored once, and no reach goes past the
+// farthest key of its home (deletes and evictions shrink it back).
+func TestReachCoversEveryKey(t *testing.T) {
+	for _, buckets := range []int{1, 2} {
+		tab := newTable(buckets) // zero seed: the same walk every run
+		rng := rand.New(rand.NewPCG(uint64(buckets), 3))
+		now := int64(1000)
+		for op := range 20000 {
+			k := key5(rng.IntN(40))
+			switch r := rng.IntN(10); {
+			case r < 6:
+				v := val(op)
+				v.IdleSec = uint32(1 + rng.IntN(3))
+				tab.Upsert(&k, v, now)
+				mustFind(t, tab, k, now)
+			case r < 9:
+				tab.Delete(&k)
+				mustMiss(t, tab, k, now)
+			default:
+				now += 1000
+			}
+			checkReach(t, tab, op)
+		}
+	}
+}
+
+// checkReach checks the invariants of TestReachCoversEveryKey over every
+// stored slot, expired or not.
+func checkReach(t *testing.T, tab *Table, op int) {
+	t.Helper()
+	seen := map[Key]bool{}
+	for bi := range tab.buckets {
+		b := &tab.buckets[bi]
+		var far [slotsPerBucket]int
+		for i := range slotsPerBucket {
+			h := b.slots[i].hdr.Load()
+			if h&hdrUsed == 0 {
+				continue
+			}
+			var w keyWords
+			for j := range w {
+				w[j] = b.slots[i].key[j].Load()
+			}
+			k := w.key()
+			if seen[k] {
+				t.Fatalf("op %d: %v stored twice", op, k)
+			}
+			seen[k] = true
+			hint := tab.Hint(&k)
+			if hint.bi != uint64(bi) || int(hint.home) != hdrHome(h) {
+				t.Fatalf("op %d: %v in bucket %d home %d, hashes to %d home %d", op, k, bi, hdrHome(h), hint.bi, hint.home)
+			}
+			p := i ^ hdrHome(h)
+			far[hdrHome(h)] = max(far[hdrHome(h)], p)
+			if p > hdrReach(b.slots[hdrHome(h)].hdr.Load()) {
+				t.Fatalf("op %d: %v at probe %d, past its home's reach", op, k, p)
+			}
+			if _, ok := tab.LookupHint(&k, hint, 0); !ok { // at 0 nothing has expired
+				t.Fatalf("op %d: stored %v not found", op, k)
+			}
+		}
+		for home := range slotsPerBucket {
+			if r := hdrReach(b.slots[home].hdr.Load()); r != far[home] {
+				t.Fatalf("op %d: bucket %d home %d reach %d, farthest key at %d", op, bi, home, r, far[home])
+			}
+		}
+	}
+}
+
+// TestHashSpreadsKeys: keys that differ only in their source port, or only
+// in their source address, IPv4 (the short form of the hash) and IPv6,
+// spread over the buckets as random placement would, for many seeds: 8192
+// keys in 1024 buckets, 8 per bucket on average, none above 30 (random
+// placement: about 20 at most).
+func TestHashSpreadsKeys(t *testing.T) {
+	v6 := func(k Key) Key {
+		k.Src[0], k.Dst[0] = 0x20, 0x20
+		return k
+	}
+	forms := []struct {
+		name string
+		key  func(i int) Key
+	}{
+		{"IPv4, ports", func(i int) Key { k := key5(0); k.SrcPort = uint16(i); return k }},
+		{"IPv4, addresses", func(i int) Key { k := key5(i); k.SrcPort = 1; return k }},
+		{"IPv6, ports", func(i int) Key { k := v6(key5(0)); k.SrcPort = uint16(i); return k }},
+		{"IPv6, addresses", func(i int) Key { k := v6(key5(i)); k.SrcPort = 1; return k }},
+	}
+	for _, f := range forms {
+		for seed := range 50 {
+			tab := newTable(1024)
+			rng := rand.New(rand.NewPCG(uint64(seed), 9))
+			for i := range tab.seed {
+				tab.seed[i] = rng.Uint64()
+			}
+			var load [1024]int
+			worst := 0
+			for i := range 8192 {
+				k := f.key(i)
+				h := tab.Hint(&k)
+				load[h.bi]++
+				worst = max(worst, load[h.bi])
+			}
+			if worst > 30 {
+				t.Errorf("%s, seed %d: %d keys in one bucket", f.name, seed, worst)
+			}
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"encoding/binary"
 	"sync/atomic"
 
 	"xlb/config"
@@ -178,11 +179,14 @@ func (dc *Decider) decideBatch(frames []Frame, snap *Snapshot, now int64) {
 	for i := range n {
 		if d := &dc.ds[i]; d.pending && d.Trackable {
 			sink += ct.Prefetch(dc.hints[i])
+			if d.Flow.SYN {
+				sink += ct.PrefetchInsert(dc.hints[i])
+			}
 		}
 	}
 	for i := range n {
 		if d := &dc.ds[i]; d.pending && d.Trackable {
-			sink += ct.PrefetchSlot(dc.hints[i])
+			sink += ct.PrefetchSlot(&d.TrackKey, dc.hints[i])
 		}
 	}
 	dc.sink = sink
@@ -245,7 +249,8 @@ func (dc *Decider) front(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision
 			vr = rv
 		}
 	} else {
-		fl.Src, fl.Dst = p.Src, p.Dst
+		copyAddr(&fl.Src, &p.Src)
+		copyAddr(&fl.Dst, &p.Dst)
 		fl.Proto = p.Proto
 		fl.V6 = p.IPVersion == 6
 		fl.Fragmented = p.Frag != packet.FragNone
@@ -481,7 +486,9 @@ func trackingKey(svc *Service, fl *Flow, d *Decision) {
 		}
 	}
 	k := &d.TrackKey
-	k.Src, k.Dst, k.Kind, k.Service = fl.Src, fl.Dst, kind, svc.ID
+	copyAddr(&k.Src, &fl.Src)
+	copyAddr(&k.Dst, &fl.Dst)
+	k.Kind, k.Service = kind, svc.ID
 	if kind >= conntrack.Kind3T {
 		k.Proto = uint8(fl.Proto)
 	}
@@ -551,4 +558,14 @@ func (dc *Decider) rewrite(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decisi
 		return
 	}
 	f.Off, f.Len = off, n
+}
+
+// copyAddr copies an address as two 8-byte words. Parse writes IPv4
+// addresses as two words, and conntrack reads keys as words: a 16-byte copy
+// in between would load across two recent 8-byte stores, which the CPU
+// cannot forward from its store buffer (the load waits for both stores to
+// reach the cache), on every packet.
+func copyAddr(dst, src *[16]byte) {
+	binary.LittleEndian.PutUint64(dst[0:8], binary.LittleEndian.Uint64(src[0:8]))
+	binary.LittleEndian.PutUint64(dst[8:16], binary.LittleEndian.Uint64(src[8:16]))
 }

@@ -89,12 +89,12 @@ func TestRunSmall(t *testing.T) {
 	}
 	for i, c := range res.Compares {
 		if c.Flows != o.CompareFlows[i] || c.Keys < c.Flows*9/10 || c.Rounds != 3 || len(c.GoMapRounds) != 3 ||
-			len(c.ConntrackRounds) != 3 || len(c.EngineRounds) != 3 {
+			len(c.ConntrackRounds) != 3 || len(c.BatchRounds) != 3 || len(c.LineRounds) != 3 || len(c.EngineRounds) != 3 {
 			t.Errorf("comparison %+v", c)
 		}
-		if !(c.GoMapNs > 0) || !(c.ConntrackNs > 0) || !(c.EngineNs > 0) || c.Allocs != 0 {
-			t.Errorf("comparison at %d flows: Go map %.1f ns, conntrack %.1f ns, engine %.1f ns, %d allocs",
-				c.Flows, c.GoMapNs, c.ConntrackNs, c.EngineNs, c.Allocs)
+		if !(c.GoMapNs > 0) || !(c.ConntrackNs > 0) || !(c.ConntrackBatchNs > 0) || !(c.LineNs > 0) || !(c.EngineNs > 0) || c.Allocs != 0 {
+			t.Errorf("comparison at %d flows: Go map %.1f ns, conntrack %.1f ns, batched %.1f ns, lines %.1f ns, engine %.1f ns, %d allocs",
+				c.Flows, c.GoMapNs, c.ConntrackNs, c.ConntrackBatchNs, c.LineNs, c.EngineNs, c.Allocs)
 		}
 	}
 
@@ -128,8 +128,8 @@ func TestRunSmall(t *testing.T) {
 			}
 		}
 	}
-	if allocTargets != 2 || ratios != 2 {
-		t.Errorf("%d allocation targets, %d ratio targets; want 2 and 2", allocTargets, ratios)
+	if allocTargets != 2 || ratios != 3 {
+		t.Errorf("%d allocation targets, %d ratio targets; want 2 and 3 (conntrack one at a time and batched, engine)", allocTargets, ratios)
 	}
 	if _, err := json.Marshal(r); err != nil {
 		t.Errorf("report does not encode: %v", err)

@@ -22,8 +22,10 @@ type mapEntry struct {
 }
 
 // Compare is, at one table size, a Go map hit, a conntrack hit (the same
-// keys, the same order) and the engine per established-v4 packet, each the
-// median of rounds interleaved with the others.
+// keys, the same order: one lookup at a time, and in batches of 64 as the
+// engine looks up), the table's lines alone, and the engine per
+// established-v4 packet, each the median of rounds interleaved with the
+// others.
 type Compare struct {
 	Flows  int `json:"live_flows"` // keys in the map and the table (and live flows of the engine's table)
 	Keys   int `json:"keys"`       // keys looked up (those the table kept, X3), in one random order
@@ -32,19 +34,33 @@ type Compare struct {
 	// thread CPU time), medians of the rounds.
 	GoMapNs     float64 `json:"gomap_ns_per_lookup"`
 	ConntrackNs float64 `json:"conntrack_ns_per_lookup"`
-	EngineNs    float64 `json:"engine_ns_per_pkt"`
+	// ConntrackBatchNs: the same lookups in batches of 64 consecutive keys,
+	// the engine's way: every key's hint, then a load of every key's home
+	// line, then of the lines its home reaches where the home holds
+	// another key, then the lookups (conntrack Prefetch, PrefetchSlot,
+	// LookupHint).
+	ConntrackBatchNs float64 `json:"conntrack_batch_ns_per_lookup"`
+	// LineNs is the memory alone: one load of each key's home line, in
+	// batches of 64, hints computed before the clock starts: the floor of
+	// a lookup that reads one line.
+	LineNs   float64 `json:"line_ns_per_key"`
+	EngineNs float64 `json:"engine_ns_per_pkt"`
 	// The rounds' figures, in order.
 	GoMapRounds     []float64 `json:"gomap_rounds"`
 	ConntrackRounds []float64 `json:"conntrack_rounds"`
+	BatchRounds     []float64 `json:"conntrack_batch_rounds"`
+	LineRounds      []float64 `json:"line_rounds"`
 	EngineRounds    []float64 `json:"engine_rounds"`
 	EngineReplay    int       `json:"engine_replay_frames"`
-	// Allocations in every measured window of the three, all rounds.
+	// Allocations in every measured window, all rounds.
 	Allocs uint64 `json:"allocs"`
 }
 
 // ConntrackRatio and EngineRatio are the figures of the ratio targets.
-func (c Compare) ConntrackRatio() float64 { return c.ConntrackNs / c.GoMapNs }
-func (c Compare) EngineRatio() float64    { return c.EngineNs / c.GoMapNs }
+// ConntrackBatchRatio is the batched lookup's.
+func (c Compare) ConntrackRatio() float64      { return c.ConntrackNs / c.GoMapNs }
+func (c Compare) ConntrackBatchRatio() float64 { return c.ConntrackBatchNs / c.GoMapNs }
+func (c Compare) EngineRatio() float64         { return c.EngineNs / c.GoMapNs }
 
 func median(v []float64) float64 {
 	s := slices.Clone(v)
@@ -92,6 +108,10 @@ func measureCompare(b *bed, flowsN, rounds int, c caseKey, getSet func(caseKey) 
 	}
 	rng := rand.New(rand.NewPCG(uint64(flowsN), 11))
 	rng.Shuffle(len(hits), func(i, j int) { hits[i], hits[j] = hits[j], hits[i] })
+	hints := make([]conntrack.Hint, len(hits))
+	for i := range hits {
+		hints[i] = t.Hint(&hits[i])
+	}
 	cmp := Compare{Flows: flowsN, Keys: len(hits), Rounds: rounds, EngineReplay: c.frame}
 	for range rounds {
 		g, err := timeMap(m, hits, dur)
@@ -102,16 +122,24 @@ func measureCompare(b *bed, flowsN, rounds int, c caseKey, getSet func(caseKey) 
 		if err != nil {
 			return Compare{}, err
 		}
+		lb, err := timeBatchLookups(t, hits, dur)
+		if err != nil {
+			return Compare{}, err
+		}
+		ln := timeLines(t, hints, dur)
 		e, err := measureCase(b, c, getSet, dur)
 		if err != nil {
 			return Compare{}, err
 		}
 		cmp.GoMapRounds = append(cmp.GoMapRounds, perOp(g))
 		cmp.ConntrackRounds = append(cmp.ConntrackRounds, perOp(l))
+		cmp.BatchRounds = append(cmp.BatchRounds, perOp(lb))
+		cmp.LineRounds = append(cmp.LineRounds, perOp(ln))
 		cmp.EngineRounds = append(cmp.EngineRounds, cpuOrWall(e))
-		cmp.Allocs += g.Allocs + l.Allocs + e.Allocs
+		cmp.Allocs += g.Allocs + l.Allocs + lb.Allocs + ln.Allocs + e.Allocs
 	}
 	cmp.GoMapNs, cmp.ConntrackNs, cmp.EngineNs = median(cmp.GoMapRounds), median(cmp.ConntrackRounds), median(cmp.EngineRounds)
+	cmp.ConntrackBatchNs, cmp.LineNs = median(cmp.BatchRounds), median(cmp.LineRounds)
 	return cmp, nil
 }
 

@@ -103,3 +103,91 @@ func timeLookups(t *conntrack.Table, keys []conntrack.Key, dur time.Duration) (L
 	return Lookup{Keys: len(keys), Lookups: n, NsPer: float64(wall.Nanoseconds()) / float64(n),
 		CPUNsPer: float64(cpu.Nanoseconds()) / float64(n), Allocs: m1.Mallocs - m0.Mallocs}, nil
 }
+
+// lookupBatch is the engine's batch: lookups in groups of this many keys.
+const lookupBatch = 64
+
+// timeBatchLookups is timeLookups in batches of lookupBatch consecutive
+// keys, looked up as the engine does: every key's hint, a load of every
+// home line, of the lines a home reaches when it holds another key, then
+// the lookups, whose lines have arrived meanwhile.
+func timeBatchLookups(t *conntrack.Table, keys []conntrack.Key, dur time.Duration) (Lookup, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	keys = keys[:len(keys)/lookupBatch*lookupBatch]
+	if len(keys) == 0 {
+		return Lookup{}, fmt.Errorf("conntrack batch lookups: fewer than %d keys", lookupBatch)
+	}
+	var hints [lookupBatch]conntrack.Hint
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	cpu0 := threadCPU()
+	t0 := time.Now()
+	var n, miss, sink uint64
+	i := 0
+	for time.Since(t0) < dur {
+		for range 1024 / lookupBatch {
+			b := keys[i : i+lookupBatch]
+			for j := range b {
+				hints[j] = t.Hint(&b[j])
+			}
+			for j := range b {
+				sink += t.Prefetch(hints[j])
+			}
+			for j := range b {
+				sink += t.PrefetchSlot(&b[j], hints[j])
+			}
+			for j := range b {
+				if _, ok := t.LookupHint(&b[j], hints[j], 2); !ok {
+					miss++
+				}
+			}
+			if i += lookupBatch; i == len(keys) {
+				i = 0
+			}
+		}
+		n += 1024
+	}
+	wall, cpu := time.Since(t0), threadCPU()-cpu0
+	runtime.ReadMemStats(&m1)
+	runtime.KeepAlive(sink)
+	if miss > 0 {
+		return Lookup{}, fmt.Errorf("conntrack batch lookups: %d of %d missed", miss, n)
+	}
+	return Lookup{Keys: len(keys), Lookups: n, NsPer: float64(wall.Nanoseconds()) / float64(n),
+		CPUNsPer: float64(cpu.Nanoseconds()) / float64(n), Allocs: m1.Mallocs - m0.Mallocs}, nil
+}
+
+// timeLines is the memory under a batched lookup alone: one load of each
+// key's home line (conntrack Prefetch), the hints computed beforehand, in
+// the keys' order, lookupBatch loads in flight at most.
+func timeLines(t *conntrack.Table, hints []conntrack.Hint, dur time.Duration) Lookup {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	hints = hints[:len(hints)/lookupBatch*lookupBatch]
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	cpu0 := threadCPU()
+	t0 := time.Now()
+	var n, sink uint64
+	i := 0
+	for len(hints) > 0 && time.Since(t0) < dur {
+		for range 1024 / lookupBatch {
+			for _, h := range hints[i : i+lookupBatch] {
+				sink += t.Prefetch(h)
+			}
+			if i += lookupBatch; i == len(hints) {
+				i = 0
+			}
+		}
+		n += 1024
+	}
+	wall, cpu := time.Since(t0), threadCPU()-cpu0
+	runtime.ReadMemStats(&m1)
+	runtime.KeepAlive(sink)
+	if n == 0 {
+		return Lookup{}
+	}
+	return Lookup{Keys: len(hints), Lookups: n, NsPer: float64(wall.Nanoseconds()) / float64(n),
+		CPUNsPer: float64(cpu.Nanoseconds()) / float64(n), Allocs: m1.Mallocs - m0.Mallocs}
+}

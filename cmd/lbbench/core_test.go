@@ -26,7 +26,7 @@ func TestCoreQuickJSON(t *testing.T) {
 	if !strings.HasPrefix(r.Tables[0].Title, "Engine against live flows") || len(r.Tables[0].Rows) != 3*5 {
 		t.Errorf("first table %q with %d rows, want 15 (3 tables x 5 mixes)", r.Tables[0].Title, len(r.Tables[0].Rows))
 	}
-	if len(r.Charts) != 2 || len(r.Targets) != 7 || len(r.Notes) == 0 {
+	if len(r.Charts) != 2 || len(r.Targets) != 8 || len(r.Notes) == 0 {
 		t.Errorf("%d charts, %d targets, %d notes", len(r.Charts), len(r.Targets), len(r.Notes))
 	}
 	for _, c := range data.Cases {
@@ -39,7 +39,7 @@ func TestCoreQuickJSON(t *testing.T) {
 		t.Errorf("Go map comparisons %+v, want at 1k and 10k", data.Compares)
 	}
 	for _, c := range data.Compares {
-		if c.Allocs != 0 || !(c.GoMapNs > 0) || !(c.ConntrackNs > 0) || !(c.EngineNs > 0) {
+		if c.Allocs != 0 || !(c.GoMapNs > 0) || !(c.ConntrackNs > 0) || !(c.ConntrackBatchNs > 0) || !(c.LineNs > 0) || !(c.EngineNs > 0) {
 			t.Errorf("comparison %+v", c)
 		}
 	}
