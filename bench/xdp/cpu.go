@@ -171,10 +171,58 @@ func taskFaults(dir string) (uint64, bool) {
 	return minflt + majflt, true
 }
 
-// threadStat is one thread's CPU time and page faults so far.
+// threadStat is one thread's CPU time and page faults so far, and from
+// the scheduler: the time it waited runnable on a run queue (schedstat's
+// second field) and its context switches, voluntary (it slept: poll(2), a
+// futex) and not (preempted), from /proc/PID/task/TID/status.
 type threadStat struct {
-	cpu    time.Duration
-	faults uint64
+	cpu         time.Duration
+	faults      uint64
+	wait        time.Duration
+	vol, nonvol uint64
+}
+
+// taskSched reads task dir's run-queue wait and context switches.
+func taskSched(dir string) (wait time.Duration, vol, nonvol uint64) {
+	if b, err := os.ReadFile(filepath.Join(dir, "schedstat")); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 1 {
+			ns, _ := strconv.ParseUint(f[1], 10, 64)
+			wait = time.Duration(ns)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "status"))
+	if err != nil {
+		return wait, 0, 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "voluntary_ctxt_switches":
+			vol, _ = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		case "nonvoluntary_ctxt_switches":
+			nonvol, _ = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return wait, vol, nonvol
+}
+
+// taskStat reads one task's threadStat.
+func taskStat(dir string) threadStat {
+	cpu, _ := taskCPU(dir)
+	flt, _ := taskFaults(dir)
+	wait, vol, nonvol := taskSched(dir)
+	return threadStat{cpu: cpu, faults: flt, wait: wait, vol: vol, nonvol: nonvol}
+}
+
+// sub is s - o, field by field (o: the same task earlier; zero for a task
+// made since).
+func (s threadStat) sub(o threadStat) threadStat {
+	d := func(a, b uint64) uint64 { return a - min(a, b) }
+	return threadStat{cpu: max(s.cpu-o.cpu, 0), faults: d(s.faults, o.faults), wait: max(s.wait-o.wait, 0),
+		vol: d(s.vol, o.vol), nonvol: d(s.nonvol, o.nonvol)}
 }
 
 // threadStats reads every thread of process pid, by thread id.
@@ -186,10 +234,7 @@ func threadStats(pid int) map[string]threadStat {
 	}
 	m := map[string]threadStat{}
 	for _, e := range ents {
-		dir := filepath.Join(base, e.Name())
-		cpu, _ := taskCPU(dir)
-		flt, _ := taskFaults(dir)
-		m[e.Name()] = threadStat{cpu, flt}
+		m[e.Name()] = taskStat(filepath.Join(base, e.Name()))
 	}
 	return m
 }
@@ -198,16 +243,27 @@ func threadStats(pid int) map[string]threadStat {
 // threadStats and those of its busiest thread over that time (the
 // forwarder's worker, when it forwarded anything).
 func faultsBetween(a, b map[string]threadStat) (process, busiest uint64) {
-	var most time.Duration = -1
+	_, w := busiestBetween(a, b)
 	for tid, s1 := range b {
-		s0 := a[tid] // zero for a thread made meanwhile
-		f := s1.faults - min(s0.faults, s1.faults)
-		process += f
-		if cpu := s1.cpu - s0.cpu; cpu > most {
-			most, busiest = cpu, f
+		process += s1.sub(a[tid]).faults
+	}
+	return process, w.faults
+}
+
+// busiestBetween returns the thread that ran longest between two
+// threadStats (the forwarder's worker, when it forwarded anything) and
+// what it did over that time.
+func busiestBetween(a, b map[string]threadStat) (tid string, d threadStat) {
+	d.cpu = -1
+	for t, s1 := range b {
+		if s := s1.sub(a[t]); s.cpu > d.cpu {
+			tid, d = t, s
 		}
 	}
-	return process, busiest
+	if d.cpu < 0 {
+		d.cpu = 0
+	}
+	return tid, d
 }
 
 // statFields are the fields of task dir's /proc stat after the command

@@ -39,6 +39,9 @@ type forwarder struct {
 	// threads are its user-space threads' CPU time and page faults so
 	// far (nil: not a process of its own), diffed per case.
 	threads func() map[string]threadStat
+	// log is what the forwarder's process printed so far (nil: none):
+	// xlb's, with GODEBUG=gctrace=1's lines, for Tail.
+	log func() string
 	// redirKey and tookKey name, for an AF_XDP forwarder, the counters of
 	// frames its XDP program redirected to its sockets and of frames its
 	// workers took from them.
@@ -112,6 +115,7 @@ func (b *bench) xlbForwarder(want map[string]bool) *forwarder {
 	f.alive = func() error { return p.alive() }
 	f.counters = func() map[string]uint64 { return p.counters() }
 	f.threads = func() map[string]threadStat { return threadStats(p.pid()) }
+	f.log = func() string { return p.log.String() }
 	return f
 }
 

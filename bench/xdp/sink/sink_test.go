@@ -85,6 +85,23 @@ func TestHistogramQuantiles(t *testing.T) {
 	if (&Histogram{}).Quantile(0.5) != 0 {
 		t.Error("empty histogram has a p50")
 	}
+	// Above: exact for small values, the values' count at and over a
+	// threshold within a bucket's width above.
+	if n := s.Above(5); n != 3 {
+		t.Errorf("small: %d values >= 5, want 3", n)
+	}
+	var exact uint64
+	for _, v := range vals {
+		if v >= 100_000 {
+			exact++
+		}
+	}
+	if got := h.Above(100_000); float64(got) < float64(exact) || float64(got) > 1.04*float64(exact)+1 {
+		t.Errorf("%d values >= 100 µs, exact %d", got, exact)
+	}
+	if h.Above(0) != h.N || h.Above(h.Max+h.Max/8) != 0 {
+		t.Errorf("above 0: %d of %d; above 1.125 max: %d", h.Above(0), h.N, h.Above(h.Max+h.Max/8))
+	}
 }
 
 // frame builds a bench frame to dst MAC with transmit time ts and run id.
