@@ -266,7 +266,7 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 	// (and the peer's XDP_TX failures again, so the generator's is not used).
 	r.DropIn = (drops1.genTx - drops0.genTx) + (drops1.midRx - drops0.midRx)
 	r.DropOut = drops1.midTx - drops0.midTx
-	r.DropSink = res.Stats.Kernel.RxDropped + res.Stats.Kernel.RxRingFull
+	r.DropSink = res.SinkStats.Kernel.RxDropped + res.SinkStats.Kernel.RxRingFull
 	r.Out = r.Forwarded + r.DropOut
 	r.OutPPS = float64(r.Out) / secs
 	if lost := int64(r.Sent) - int64(r.Forwarded+r.DropIn+r.DropOut+r.DropSink); lost > 0 {
