@@ -77,13 +77,16 @@ var RemoteVIP = topo.VIP
 // host, the far host of a Remote run, until ctx ends: every frame to
 // topo.VIP goes back out of iface to sinkMAC (the load host's sink port),
 // as RemoteXLBConfig's xlb does; the load host then measures it with
-// RunExisting and the variant "xdpfwd". mode is its XDP attach mode. It
-// returns what it forwarded.
-func ServeXDPFwd(ctx context.Context, iface string, sinkMAC net.HardwareAddr, mode xdpprog.Mode) (xdpfwd.Stats, error) {
+// RunExisting and the variant "xdpfwd". mode is its XDP attach mode. A
+// veth standing in for the NIC names its peer (in this namespace; "" for a
+// NIC): a veth passes XDP_TX frames on only to a peer with an XDP program,
+// which xdpfwd then attaches there. It returns what it forwarded.
+func ServeXDPFwd(ctx context.Context, iface, vethPeer string, sinkMAC net.HardwareAddr, mode xdpprog.Mode) (xdpfwd.Stats, error) {
 	if len(sinkMAC) != 6 || sinkMAC[0]&1 != 0 {
 		return xdpfwd.Stats{}, fmt.Errorf("sink MAC %v: want the load host's sink port's unicast MAC", sinkMAC)
 	}
-	f, err := xdpfwd.Start(ctx, xdpfwd.Config{Iface: iface, VIPs: []netip.Addr{topo.VIP}, Backends: []net.HardwareAddr{sinkMAC}, Mode: mode})
+	f, err := xdpfwd.Start(ctx, xdpfwd.Config{Iface: iface, VIPs: []netip.Addr{topo.VIP}, Backends: []net.HardwareAddr{sinkMAC}, Mode: mode,
+		PeerIface: vethPeer})
 	if err != nil {
 		return xdpfwd.Stats{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -32,11 +33,10 @@ func TestXDPRemoteFlagsRefused(t *testing.T) {
 		{"--sink-iface", "x0"},                        // no --gen-iface
 		{"--gen-iface", "x0"},                         // xlb local on an existing port: not implemented
 		{"--gen-iface", "nosuch-zc0", "--remote-xlb"}, // no such interface
-		{"--gen-iface", "lo", "--sink-iface", "nosuch-zc1", "--remote-xlb"},                                   // no such sink port
-		{"--gen-iface", "lo", "--remote-xlb", "--xlb-mac", "zz"},                                              // bad MAC
-		{"--serve-xdpfwd", "nosuch-zc0", "--sink-mac", "zz"},                                                  // bad sink MAC
-		{"--serve-xdpfwd", "nosuch-zc0", "--sink-mac", "01:00:5e:00:00:01"},                                   // multicast sink MAC
-		{"--gen-iface", "lo", "--remote-xlb", "--forwarders", "xlb,xdpfwd", "--xlb-mac", "02:00:00:00:00:01"}, // both far ends
+		{"--gen-iface", "lo", "--sink-iface", "nosuch-zc1", "--remote-xlb"}, // no such sink port
+		{"--gen-iface", "lo", "--remote-xlb", "--xlb-mac", "zz"},            // bad MAC
+		{"--serve-xdpfwd", "nosuch-zc0", "--sink-mac", "zz"},                // bad sink MAC
+		{"--serve-xdpfwd", "nosuch-zc0", "--sink-mac", "01:00:5e:00:00:01"}, // multicast sink MAC
 	} {
 		var c common
 		if _, err := runXDP(args, &c, io.Discard); err == nil || errors.Is(err, errNoXLBMAC) {
@@ -195,14 +195,48 @@ func TestXDPExistingTwoPorts(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	// The far end: (b) as --serve-xdpfwd runs it, with a pass program on
-	// its bridge port so that veth picks up its XDP_TX frames.
-	fwd, err := xdpfwd.Start(context.Background(), xdpfwd.Config{NS: ns.Name, Iface: "ztfar", VIPs: []netip.Addr{xdp.RemoteVIP},
-		Backends: []net.HardwareAddr{sinkMAC}, Mode: xdpprog.ModeNative, PeerNS: ns.Name, PeerIface: "ztfb"})
-	if err != nil {
-		t.Fatal(err)
+	// The far end: what `lbbench xdp --serve-xdpfwd ztfar --sink-mac S`
+	// runs, on a thread in the namespace until the measurement is done,
+	// with a pass program on its bridge port (the veth's peer), without
+	// which veth drops its XDP_TX frames (a NIC needs nothing of the kind).
+	serveCtx, stopServe := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	var serveSt xdpfwd.Stats
+	go func() {
+		served <- ns.Do(func() error {
+			var err error
+			serveSt, err = xdp.ServeXDPFwd(serveCtx, "ztfar", "ztfb", sinkMAC, xdpprog.ModeNative)
+			return err
+		})
+	}()
+	defer func() {
+		stopServe()
+		<-served
+	}()
+	// Started when its program is on the port.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var attached bool
+		if err := ns.Do(func() error {
+			l, err := netlink.LinkByName("ztfar")
+			attached = err == nil && l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if attached {
+			break
+		}
+		select {
+		case err := <-served:
+			served <- err // for the deferred stop
+			t.Fatalf("--serve-xdpfwd ended before the run: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("--serve-xdpfwd: no XDP program on ztfar after 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	defer fwd.Close()
 	var r report.Report
 	var runErr error
 	if err := ns.Do(func() error {
@@ -215,6 +249,14 @@ func TestXDPExistingTwoPorts(t *testing.T) {
 	}
 	if runErr != nil {
 		t.Fatal(runErr)
+	}
+	stopServe()
+	if err := <-served; err != nil {
+		t.Fatalf("--serve-xdpfwd: %v", err)
+	}
+	served <- nil // for the deferred stop
+	if serveSt.TX == 0 {
+		t.Errorf("the far end forwarded nothing: %+v", serveSt)
 	}
 	data, ok := r.Data.(xdp.Data)
 	if !ok || len(r.Tables) != 1 {
@@ -237,10 +279,6 @@ func TestXDPExistingTwoPorts(t *testing.T) {
 		if !loads[l] {
 			t.Errorf("no %s case: %v", l, loads)
 		}
-	}
-	st, err := fwd.Stats()
-	if err != nil || st.TX == 0 {
-		t.Errorf("the far end sent back %d frames (%v)", st.TX, err)
 	}
 	// Nothing came back to the generator's port: its counters show
 	// frames sent only.

@@ -176,7 +176,7 @@ func serveXDPFwd(ctx context.Context, iface, sinkMAC string, stderr io.Writer) (
 		return report.Report{}, fmt.Errorf("--sink-mac %q: want the load host's sink port's Ethernet address", sinkMAC)
 	}
 	fmt.Fprintf(stderr, "xdpfwd on %s: frames to %s go back to %s; interrupt to stop\n", iface, xdp.RemoteVIP, mac)
-	st, err := xdp.ServeXDPFwd(ctx, iface, mac, xdpprog.ModeAuto)
+	st, err := xdp.ServeXDPFwd(ctx, iface, "", mac, xdpprog.ModeAuto)
 	if err != nil {
 		return report.Report{}, err
 	}
