@@ -288,7 +288,7 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 		_, w := busiestBetween(thr0, thr1)
 		napi := napi1.sub(napi0)
 		t := &Tail{WorkerRunMS: ms(w.cpu), WorkerWaitMS: ms(w.wait), WorkerPreempted: w.nonvol, WorkerSlept: w.vol,
-			NAPIRunMS: ms(napi.cpu), NAPIWaitMS: ms(napi.wait),
+			NAPIRunMS: ms(napi.cpu), NAPIWaitMS: ms(napi.wait), NAPISlices: napi.slices, WorkerSlices: w.slices,
 			IdleSleeps: middle["runtime.queues.idle_sleeps"], Polls: middle["runtime.queues.socket_polls"],
 			RxRingFull: middle["runtime.queues.kernel.rx_ring_full"], FillRingEmpty: middle["runtime.queues.kernel.fill_ring_empty"],
 			TxRingFull: middle["runtime.queues.tx_ring_full_drops"], FramesOver1ms: h.Above(uint64(time.Millisecond))}

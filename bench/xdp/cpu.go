@@ -179,20 +179,23 @@ type threadStat struct {
 	cpu         time.Duration
 	faults      uint64
 	wait        time.Duration
+	slices      uint64 // times it got the CPU (schedstat's third field)
 	vol, nonvol uint64
 }
 
-// taskSched reads task dir's run-queue wait and context switches.
-func taskSched(dir string) (wait time.Duration, vol, nonvol uint64) {
+// taskSched reads task dir's run-queue wait, times on the CPU and context
+// switches.
+func taskSched(dir string) (wait time.Duration, slices, vol, nonvol uint64) {
 	if b, err := os.ReadFile(filepath.Join(dir, "schedstat")); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 1 {
+		if f := strings.Fields(string(b)); len(f) > 2 {
 			ns, _ := strconv.ParseUint(f[1], 10, 64)
 			wait = time.Duration(ns)
+			slices, _ = strconv.ParseUint(f[2], 10, 64)
 		}
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "status"))
 	if err != nil {
-		return wait, 0, 0
+		return wait, slices, 0, 0
 	}
 	for _, l := range strings.Split(string(b), "\n") {
 		k, v, ok := strings.Cut(l, ":")
@@ -206,15 +209,15 @@ func taskSched(dir string) (wait time.Duration, vol, nonvol uint64) {
 			nonvol, _ = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
 		}
 	}
-	return wait, vol, nonvol
+	return wait, slices, vol, nonvol
 }
 
 // taskStat reads one task's threadStat.
 func taskStat(dir string) threadStat {
 	cpu, _ := taskCPU(dir)
 	flt, _ := taskFaults(dir)
-	wait, vol, nonvol := taskSched(dir)
-	return threadStat{cpu: cpu, faults: flt, wait: wait, vol: vol, nonvol: nonvol}
+	wait, slices, vol, nonvol := taskSched(dir)
+	return threadStat{cpu: cpu, faults: flt, wait: wait, slices: slices, vol: vol, nonvol: nonvol}
 }
 
 // sub is s - o, field by field (o: the same task earlier; zero for a task
@@ -222,7 +225,7 @@ func taskStat(dir string) threadStat {
 func (s threadStat) sub(o threadStat) threadStat {
 	d := func(a, b uint64) uint64 { return a - min(a, b) }
 	return threadStat{cpu: max(s.cpu-o.cpu, 0), faults: d(s.faults, o.faults), wait: max(s.wait-o.wait, 0),
-		vol: d(s.vol, o.vol), nonvol: d(s.nonvol, o.nonvol)}
+		slices: d(s.slices, o.slices), vol: d(s.vol, o.vol), nonvol: d(s.nonvol, o.nonvol)}
 }
 
 // threadStats reads every thread of process pid, by thread id.

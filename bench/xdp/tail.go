@@ -33,9 +33,13 @@ type Tail struct {
 	// checks, admin, the Go runtime), wherever they ran.
 	XLBOthersMS float64 `json:"xlb_other_threads_ms"`
 	// The middle veth's NAPI thread: CPU time and run-queue wait (a frame
-	// waits in the veth ring while it does).
+	// waits in the veth ring while it does), and the times it got the CPU
+	// (NAPIWaitMS / NAPISlices is its mean wait for it).
 	NAPIRunMS  float64 `json:"napi_run_ms"`
 	NAPIWaitMS float64 `json:"napi_runqueue_wait_ms"`
+	NAPISlices uint64  `json:"napi_slices"`
+	// WorkerSlices: the times the worker got the CPU.
+	WorkerSlices uint64 `json:"worker_slices"`
 	// OthersMS is the middle core's busy time that was neither the
 	// worker's nor the NAPI thread's (/proc/stat, 10 ms ticks: ±20 ms):
 	// other processes, xlb's other threads, interrupts.
@@ -66,6 +70,7 @@ func (b *bench) napiStat() threadStat {
 		t := taskStat("/proc/" + strconv.Itoa(pid))
 		s.cpu += t.cpu
 		s.wait += t.wait
+		s.slices += t.slices
 		s.vol += t.vol
 		s.nonvol += t.nonvol
 	}
