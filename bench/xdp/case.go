@@ -295,8 +295,11 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 		t.RuntimeParks = t.WorkerSlept - min(t.IdleSleeps, t.WorkerSlept)
 		t.XLBOthersMS = max(ms(user-w.cpu), 0)
 		if b.midCPU >= 0 && b.midCPU < len(cpu0.busy) && b.midCPU < len(cpu1.busy) {
-			busy := time.Duration(cpu1.busy[b.midCPU]-cpu0.busy[b.midCPU]) * time.Second / clockTicks
-			t.OthersMS = max(ms(busy-w.cpu-napi.cpu), 0)
+			mid := b.midCPU
+			tick := func(x, y []uint64) time.Duration { return time.Duration(y[mid]-x[mid]) * time.Second / clockTicks }
+			steal := tick(cpu0.steal, cpu1.steal)
+			t.StealMS = ms(steal)
+			t.OthersMS = max(ms(tick(cpu0.busy, cpu1.busy)-steal-w.cpu-napi.cpu), 0)
 		}
 		if lg := f.log(); len(lg) >= logOff {
 			t.gcTail(parseGCTrace(lg[logOff:]))

@@ -55,9 +55,10 @@ func processCPU(pid int) time.Duration {
 	return sum
 }
 
-// cpuTimes are /proc/stat's busy and total jiffies per CPU.
+// cpuTimes are /proc/stat's busy and total jiffies per CPU, and of busy
+// the time the VM's host ran something else on it (steal).
 type cpuTimes struct {
-	busy, total []uint64
+	busy, total, steal []uint64
 }
 
 // readCPUTimes reads /proc/stat. Busy is everything but idle and iowait.
@@ -74,7 +75,7 @@ func readCPUTimes() cpuTimes {
 		if len(fs) < 8 || !strings.HasPrefix(fs[0], "cpu") || fs[0] == "cpu" {
 			continue
 		}
-		var busy, total uint64
+		var busy, total, steal uint64
 		for i, v := range fs[1:] {
 			n, _ := strconv.ParseUint(v, 10, 64)
 			if i >= 8 { // guest time is already in user
@@ -84,9 +85,13 @@ func readCPUTimes() cpuTimes {
 			if i != 3 && i != 4 { // idle, iowait
 				busy += n
 			}
+			if i == 7 {
+				steal = n
+			}
 		}
 		t.busy = append(t.busy, busy)
 		t.total = append(t.total, total)
+		t.steal = append(t.steal, steal)
 	}
 	return t
 }

@@ -183,7 +183,7 @@ func tailTable(rs []Case) report.Table {
 	t := report.Table{
 		Title: "xlb's latency tail and what its worker waited on over the run (ms; schedstat, /status, XDP_STATISTICS, gctrace)",
 		Columns: []string{"frame B", "forwarder", "load", "p50 µs", "p99 µs", "max µs", "frames >= 1 ms",
-			"worker run", "worker run-queue wait (mean µs)", "preempted", "poll(2) sleeps", "runtime parks", "NAPI run", "NAPI wait (mean µs)", "others on its core", "xlb's other threads",
+			"worker run", "worker run-queue wait (mean µs)", "preempted", "poll(2) sleeps", "runtime parks", "NAPI run", "NAPI wait (mean µs)", "others on its core", "host steal", "xlb's other threads",
 			"GCs", "GC pause (max)", "rx ring full", "fill empty", "drop in (veth)"},
 	}
 	for _, c := range rs {
@@ -194,7 +194,7 @@ func tailTable(rs []Case) report.Table {
 		u := func(n uint64) string { return strconv.FormatUint(n, 10) }
 		t.Rows = append(t.Rows, []string{strconv.Itoa(c.Size), c.Variant, c.Load, report.G(c.LatP50), report.G(c.LatP99), report.G(c.LatMax),
 			u(tl.FramesOver1ms), report.F(tl.WorkerRunMS, 0), withMean(tl.WorkerWaitMS, tl.WorkerSlices), u(tl.WorkerPreempted), u(tl.IdleSleeps), u(tl.RuntimeParks),
-			report.F(tl.NAPIRunMS, 0), withMean(tl.NAPIWaitMS, tl.NAPISlices), report.F(tl.OthersMS, 0), report.F(tl.XLBOthersMS, 0),
+			report.F(tl.NAPIRunMS, 0), withMean(tl.NAPIWaitMS, tl.NAPISlices), report.F(tl.OthersMS, 0), report.F(tl.StealMS, 0), report.F(tl.XLBOthersMS, 0),
 			strconv.Itoa(tl.GCs), report.F(tl.GCPauseMS, 2) + " (" + report.F(tl.GCMaxPauseMS, 2) + ")",
 			u(tl.RxRingFull), u(tl.FillRingEmpty), u(c.DropIn)})
 	}

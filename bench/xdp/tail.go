@@ -41,9 +41,12 @@ type Tail struct {
 	// WorkerSlices: the times the worker got the CPU.
 	WorkerSlices uint64 `json:"worker_slices"`
 	// OthersMS is the middle core's busy time that was neither the
-	// worker's nor the NAPI thread's (/proc/stat, 10 ms ticks: ±20 ms):
-	// other processes, xlb's other threads, interrupts.
+	// worker's nor the NAPI thread's nor stolen (/proc/stat, 10 ms ticks:
+	// ±20 ms): other processes, xlb's other threads, interrupts. StealMS
+	// is the time the VM's host ran something else on that virtual CPU
+	// (/proc/stat's steal).
 	OthersMS float64 `json:"middle_core_others_ms"`
+	StealMS  float64 `json:"middle_core_steal_ms"`
 	// xlb's loop and socket counters (/status): rounds that slept in
 	// poll(2) with a timeout after the spin, poll(2) calls in all.
 	IdleSleeps uint64 `json:"idle_sleeps"`
