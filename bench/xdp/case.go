@@ -20,7 +20,8 @@ type Case struct {
 	Size    int    `json:"frame_bytes"` // on the wire, FCS included
 	// Load is "full" (as fast as the generator sends), "lossless" (the
 	// check of the search's result: the maximum lossless rate), "paired"
-	// (xlb's and xlb-ct's lossless rates by the paired search), "half"
+	// (xlb's and xlb-ct's lossless rates by the paired search), "half-slice"
+	// (xlb's latency run again, its worker on a short time slice), "half"
 	// (the latency run at half of it), "floor" ((b) xdpfwd at the rate of
 	// FloorFor's latency run) or "floor-busy" (the same with the middle's
 	// core kept busy, see keepBusy).

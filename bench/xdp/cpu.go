@@ -288,3 +288,26 @@ func statFields(dir string) ([]string, bool) {
 	}
 	return strings.Fields(s[i+1:]), true
 }
+
+// pinnedThread is the thread of process pid allowed on cpu only (xlb's
+// worker: `cpus` pins it; its other threads may run anywhere), 0 if none.
+func pinnedThread(pid, cpu int) int {
+	base := "/proc/" + strconv.Itoa(pid) + "/task"
+	ents, err := os.ReadDir(base)
+	if err != nil {
+		return 0
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(base, e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok && strings.TrimSpace(v) == strconv.Itoa(cpu) {
+				tid, _ := strconv.Atoi(e.Name())
+				return tid
+			}
+		}
+	}
+	return 0
+}

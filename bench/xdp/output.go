@@ -188,7 +188,7 @@ func tailTable(rs []Case) report.Table {
 	}
 	for _, c := range rs {
 		tl := c.Tail
-		if tl == nil || (c.Load != "half" && c.Load != "lossless") {
+		if tl == nil || (c.Load != "half" && c.Load != "half-slice" && c.Load != "lossless") {
 			continue
 		}
 		u := func(n uint64) string { return strconv.FormatUint(n, 10) }

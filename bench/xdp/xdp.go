@@ -314,7 +314,38 @@ func (f *forwarder) steps(c *Config) int {
 	if f.paired() {
 		n += len(c.Sizes) * c.pairedSteps()
 	}
+	if f.sliceAB(c) {
+		n += len(f.variants) * len(c.Sizes)
+	}
 	return n
+}
+
+// sliceAB: the latency runs of f are run a second time with its worker on
+// a short time slice (shortSliceCase): xlb's, in a full run.
+func (f *forwarder) sliceAB(c *Config) bool {
+	return f.workerTID != nil && !c.Quick
+}
+
+// shortSliceCase is the latency run again (Load "half-slice") with xlb's
+// worker thread given the middle NAPI thread's short time slice (setSlice),
+// then its own back: the same run's A/B of whether the worker waiting out
+// other tasks' slices on its core makes the tail. An empty Case (and a
+// note) when the worker's thread is not found or the kernel refuses.
+func (b *bench) shortSliceCase(ctx context.Context, f *forwarder, v variant, size int, rate float64) (Case, error) {
+	tid := f.workerTID()
+	if tid <= 0 {
+		b.note("%s: the worker's thread (pinned to CPU %d) not found: no short-slice latency run", v.name, b.midCPU)
+		return Case{}, nil
+	}
+	if err := setSlice(tid, benchNice, napiSlice); err != nil {
+		b.note("%s: could not give the worker a %v slice (%v; Linux >= 6.12): no short-slice latency run", v.name, napiSlice, err)
+		return Case{}, nil
+	}
+	c, err := b.runCase(ctx, f, v, size, "half-slice", rate, b.cfg.Duration)
+	if e := setSlice(tid, benchNice, 0); e != nil && err == nil {
+		err = fmt.Errorf("restoring the worker's time slice: %w", e)
+	}
+	return c, err
 }
 
 // paired: f is xlb with both its variants, which the paired search
@@ -543,6 +574,16 @@ func (b *bench) measureForwarder(ctx context.Context, f *forwarder) (_ []Case, e
 			}
 			b.progress.Add(1)
 			out = append(out, half)
+			if f.sliceAB(&b.cfg) {
+				c, err := b.shortSliceCase(ctx, f, v, size, rate)
+				if err != nil {
+					return nil, err
+				}
+				b.progress.Add(1)
+				if c.Load != "" {
+					out = append(out, c)
+				}
+			}
 		}
 	}
 	if f.name == "xdpfwd" {

@@ -465,3 +465,28 @@ func TestTaskSched(t *testing.T) {
 		t.Errorf("busiest %s %+v, want 2 with 895 ns run, 40 wait, 1 switch", tid, d)
 	}
 }
+
+// TestPinnedThread: the one thread allowed on a single CPU is found (as
+// xlb's worker is, pinned by `cpus`).
+func TestPinnedThread(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("one CPU: every thread is allowed on CPU 0 alone, there is no pinned thread to tell apart")
+	}
+	got := make(chan [2]int)
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // never unlocked: the pinned thread ends with the goroutine
+		tid := unix.Gettid()
+		if err := setAffinity(tid, 1); err != nil {
+			got <- [2]int{tid, -1}
+			return
+		}
+		got <- [2]int{tid, pinnedThread(os.Getpid(), 1)}
+		<-done
+	}()
+	r := <-got
+	close(done)
+	if r[1] != r[0] {
+		t.Errorf("pinnedThread = %d, want the pinned thread %d", r[1], r[0])
+	}
+}
