@@ -90,7 +90,8 @@ func pairedSearch(cfg *Config, start float64, top [2]float64, steps int, run pai
 		st[i].rate = min(start, top[i])
 		st[i].done = st[i].rate <= 0
 	}
-	for step := 0; step < steps && !(st[0].done && st[1].done); step++ {
+	step := 0
+	for ; step < steps && !(st[0].done && st[1].done); step++ {
 		var losses [2][]float64
 		var passes [2]int
 		for range pairedTrials {
@@ -118,6 +119,7 @@ func pairedSearch(cfg *Config, start float64, top [2]float64, steps int, run pai
 			st[i].next(pass, cfg.Resolution)
 		}
 	}
+	progress.Add(steps - step)
 	return [2]Paired{st[0].Paired, st[1].Paired}, nil
 }
 
