@@ -453,6 +453,23 @@ func (b *bench) methodNotes(rs []Case) []string {
 		cpu += " At full load the AF_XDP paths are overloaded and their kernel side also works on frames their socket then drops (no fill buffer, rx ring full: receive livelock, as on a NIC at overload); " +
 			"share of the frames their XDP program redirected that the worker took: " + strings.Join(took, ", ") + ". That work counts in their CPU per packet."
 	}
+	if find(rs, "xlb", b.cfg.Sizes[0], "paired") != nil {
+		n = append(n, fmt.Sprintf("xlb-ct against xlb (paired search): both variants from one starting rate (the higher of their own searches' results), "+
+			"their %v trials interleaved (xlb, xlb-ct, xlb, ...) so that a disturbance of the machine falls on both alike, %d trials per variant and rate step, "+
+			"a step passing when most of them do; up %gx after a pass, down after a failure, then bisection to %s %% (%d steps at most). "+
+			"The xlb-ct / xlb target uses it: each variant's own search runs minutes apart from the other's, and a shared machine's load changes in between. "+
+			"The range is what the brackets allow; the spread between runs is larger on a loaded machine.",
+			b.cfg.Trial, pairedTrials, pairedStep, report.G(100*b.cfg.Resolution), b.cfg.pairedSteps()))
+	}
+	if len(tailTable(rs).Rows) > 0 {
+		n = append(n, "xlb's latency tail: over each of xlb's lossless and latency runs, the worker thread's CPU time and run-queue wait "+
+			"(/proc/PID/task/TID/schedstat; mean per time it got the CPU), its preemptions and voluntary sleeps (status), of those its poll(2) sleeps after the 50 µs spin (/status idle_sleeps) "+
+			"and the rest (the Go scheduler parking its locked thread: preemption, stop-the-world), the socket's rx-ring-full and fill-ring-empty counts (XDP_STATISTICS), "+
+			"the Go runtime's collections and their stop-the-world pauses (xlb runs with GODEBUG=gctrace=1), the middle NAPI thread's CPU and run-queue wait, "+
+			"the middle core's busy time that was neither theirs nor the host's (steal), from /proc/stat in 10 ms ticks, the CPU of xlb's other threads, "+
+			"and the frames that took 1 ms or more. In a full run, half-slice is the latency run again with the worker given the NAPI thread's "+napiSlice.String()+
+			" time slice (so that, waking, it preempts a task running out a longer one), then its own back.")
+	}
 	n = append(n, cpu,
 		fmt.Sprintf("Priorities: every thread measured or measuring (generator, NAPI threads, xlb, the reflector's worker) runs at nice %d, so that other load on the machine disturbs less; "+
 			"in the throughput runs the sink's NAPI thread is SCHED_FIFO (lowest priority), as an interrupt would be, so that frames coming back are not lost to the generator's own loop, which spins when paced; "+

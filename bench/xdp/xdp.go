@@ -13,8 +13,10 @@
 // Mpps, loss, the middle hop's CPU (busy cores, ns per packet, packets per
 // second per busy core) at the lossless rate, latency percentiles and CDFs
 // from the timestamps frames carry, the latency each forwarder adds to
-// (b)'s at the same rate, and the ratios xlb/(a), xlb/(b), xlb/(c). See
-// Notes in the report for the method.
+// (b)'s at the same rate, and the ratios xlb/(a), xlb/(b), xlb/(c). xlb-ct
+// is compared with xlb by a paired search (paired.go), and xlb's latency
+// tail is set beside what its worker waited on (Tail). See Notes in the
+// report for the method.
 package xdp
 
 import (
