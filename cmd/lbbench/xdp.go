@@ -62,7 +62,10 @@ XDP forwarder (b) and nftables DNAT (c); sends UDP frames with many
 paced rate each forwards without loss (RFC 2544 style) and measures latency
 at half of it; reports Mpps, loss, CPU per packet of the middle hop at the
 lossless rate, latency percentiles absolute and added over (b), and the
-xlb/(a), xlb/(b), xlb/(c) ratios.
+xlb/(a), xlb/(b), xlb/(c) ratios. xlb-ct is compared with xlb by a paired
+search (interleaved trials, majority per rate step), and xlb's latency tail
+is set beside what its worker waited on (schedstat, poll(2) sleeps, ring
+counters, GC pauses, other tasks on its core).
 
 Real NIC (--gen-iface IF [--sink-iface IF2] --remote-xlb): no namespaces.
 --xlb-config F writes the configuration "xlb run" takes on the other host
