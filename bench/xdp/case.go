@@ -217,9 +217,22 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 	if load == "trial" || load == "lossless" {
 		coalesce, backlog = b.cfg.Coalesce, 64
 	}
+	// Latency runs of xlb: the worker's and NAPI's schedstat sampled
+	// through the run, for Tail.When.
+	var sampler *schedSampler
+	if (load == "half" || load == "half-slice") && f.workerTID != nil {
+		if tid := f.workerTID(); tid > 0 {
+			ctr.Windows = &sink.Windows{Start: gen.Now(), Width: int64(windowWidth), Max: make([]uint64, int(d/windowWidth)+1)}
+			sampler = startSampler(tid, topo.NAPIThreads(b.topo.MidDev), b.genCPU)
+		}
+	}
 	res, err := gen.Run(ctx, gen.Config{Socket: b.sock, Frames: fr, Counter: ctr, Run: b.run,
 		Duration: d, Rate: rate, CPU: b.genCPU, Spin: rate > 0, Coalesce: coalesce, Backlog: backlog})
 	wall := time.Since(start)
+	var samples []schedSample
+	if sampler != nil {
+		samples = sampler.stop()
+	}
 	if err != nil {
 		return Case{}, err
 	}
@@ -305,6 +318,7 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 		if lg := f.log(); len(lg) >= logOff {
 			t.gcTail(parseGCTrace(lg[logOff:]))
 		}
+		t.When = when(samples, ctr.Windows)
 		r.Tail = t
 	}
 	return r, nil

@@ -169,6 +169,9 @@ func (b *bench) report(rs []Case) report.Report {
 	if t := tailTable(rs); len(t.Rows) > 0 {
 		r.Tables = append(r.Tables, t)
 	}
+	if t := whenTable(rs); len(t.Rows) > 0 {
+		r.Tables = append(r.Tables, t)
+	}
 	r.Tables = append(r.Tables, full, drops)
 
 	r.Targets = b.targets(rs)
@@ -197,6 +200,34 @@ func tailTable(rs []Case) report.Table {
 			report.F(tl.NAPIRunMS, 0), withMean(tl.NAPIWaitMS, tl.NAPISlices), report.F(tl.OthersMS, 0), report.F(tl.StealMS, 0), report.F(tl.XLBOthersMS, 0),
 			strconv.Itoa(tl.GCs), report.F(tl.GCPauseMS, 2) + " (" + report.F(tl.GCMaxPauseMS, 2) + ")",
 			u(tl.RxRingFull), u(tl.FillRingEmpty), u(c.DropIn)})
+	}
+	return t
+}
+
+// whenTable is, for xlb's latency runs, what the worker and the NAPI
+// thread did while frames that took 1 ms or more were on their way, and in
+// the sample periods in which no frame took 200 µs (Tail.When).
+func whenTable(rs []Case) report.Table {
+	t := report.Table{
+		Title: fmt.Sprintf("When xlb's tail happens: share of the time, from the send of a frame that took >= %v to its arrival, and in %v periods where none took %v (schedstat sampled every %v)",
+			tailLatency, sampleEvery, calmLatency, sampleEvery),
+		Columns: []string{"frame B", "forwarder", "load", "spans", "n", "worker runs %", "worker waits %", "worker asleep %",
+			"NAPI runs %", "NAPI waits %", "core: others or idle %"},
+	}
+	for _, c := range rs {
+		if c.Tail == nil || c.Tail.When == nil {
+			continue
+		}
+		w := c.Tail.When
+		for _, k := range []struct {
+			name string
+			n    int
+			s    Share
+		}{{"tail", w.TailSpans, w.Tail}, {"calm", w.CalmSpans, w.Calm}} {
+			p := func(f float64) string { return report.F(100*f, 0) }
+			t.Rows = append(t.Rows, []string{strconv.Itoa(c.Size), c.Variant, c.Load, k.name, strconv.Itoa(k.n),
+				p(k.s.WorkerRun), p(k.s.WorkerWait), p(k.s.WorkerSleep), p(k.s.NAPIRun), p(k.s.NAPIWait), p(k.s.CoreOther)})
+		}
 	}
 	return t
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"xlb/bench/xdp/sink"
 )
 
 // TestPairedSearch: both variants' capacities are found within the
@@ -186,5 +188,36 @@ func TestTailTable(t *testing.T) {
 		if row[col] != want {
 			t.Errorf("%s = %q, want %q", col, row[col], want)
 		}
+	}
+}
+
+// TestWhen: sample periods are sorted by the slowest frame sent in them; a
+// tail span runs from its period's start to the first sample after that
+// frame arrived, and the shares are of the spans' time.
+func TestWhen(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	// Samples every 2 ms; in 0-2 ms the worker runs all the time (calm);
+	// in 2-4 ms and 4-6 ms it waits all the time while other tasks run.
+	ss := []schedSample{
+		{at: 0},
+		{at: 2 * ms, wRun: 2 * time.Millisecond, nRun: 0},
+		{at: 4 * ms, wRun: 2 * time.Millisecond, wWait: 2 * time.Millisecond},
+		{at: 6 * ms, wRun: 2 * time.Millisecond, wWait: 4 * time.Millisecond},
+	}
+	w := &sink.Windows{Start: 0, Width: ms / 4, Max: make([]uint64, 24)}
+	w.Max[1] = uint64(50 * time.Microsecond) // calm, in 0-2 ms
+	w.Max[9] = uint64(3 * time.Millisecond)  // sent at 2.25 ms, took 3 ms: a tail span 2-6 ms
+	r := when(ss, w)
+	if r == nil || r.TailSpans != 1 || r.CalmSpans != 1 {
+		t.Fatalf("when = %+v, want one tail span and one calm period", r)
+	}
+	if r.Tail.WorkerWait != 1 || r.Tail.WorkerRun != 0 || r.Tail.CoreOther != 1 {
+		t.Errorf("tail share %+v, want the worker waiting all the time, the core to others", r.Tail)
+	}
+	if r.Calm.WorkerRun != 1 || r.Calm.WorkerWait != 0 || r.Calm.CoreOther != 0 {
+		t.Errorf("calm share %+v, want the worker running all the time", r.Calm)
+	}
+	if when(ss[:1], w) != nil {
+		t.Error("a share from one sample")
 	}
 }

@@ -2,10 +2,17 @@ package xdp
 
 import (
 	"bufio"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"xlb/bench/xdp/gen"
+	"xlb/bench/xdp/sink"
 	"xlb/bench/xdp/topo"
 )
 
@@ -64,6 +71,9 @@ type Tail struct {
 	GCMaxPauseMS float64 `json:"gc_max_pause_ms"`
 	// FramesOver1ms are the frames whose latency was 1 ms or more.
 	FramesOver1ms uint64 `json:"frames_over_1ms"`
+	// When is, for a latency run, what the worker and the NAPI thread did
+	// while the slow frames were on their way, and otherwise.
+	When *When `json:"when,omitempty"`
 }
 
 // napiStat sums the middle veth's NAPI threads' threadStats.
@@ -126,4 +136,173 @@ func (t *Tail) gcTail(ps []gcPause) {
 		t.GCPauseMS += ms
 		t.GCMaxPauseMS = max(t.GCMaxPauseMS, ms)
 	}
+}
+
+// The worker's and the NAPI thread's schedstat sampled through a latency
+// run, to see what they did while the frames that took long were on
+// their way, next to what they did otherwise.
+const (
+	// sampleEvery is the sampler's period; windowWidth the resolution of
+	// the largest latency by send time (sink.Windows).
+	sampleEvery = 2 * time.Millisecond
+	windowWidth = 250 * time.Microsecond
+	// tailLatency marks a frame of the tail; calmLatency a window without.
+	tailLatency = time.Millisecond
+	calmLatency = 200 * time.Microsecond
+)
+
+// schedSample is the worker's and the NAPI thread's run and run-queue wait
+// so far, at time at (gen.Now's clock).
+type schedSample struct {
+	at                       int64
+	wRun, wWait, nRun, nWait time.Duration
+}
+
+// readSample reads one schedSample.
+func readSample(at int64, worker string, napi []string) schedSample {
+	s := schedSample{at: at}
+	s.wRun, s.wWait = schedRunWait(worker)
+	for _, d := range napi {
+		r, w := schedRunWait(d)
+		s.nRun += r
+		s.nWait += w
+	}
+	return s
+}
+
+// schedRunWait is a task's run time and run-queue wait (schedstat).
+func schedRunWait(dir string) (run, wait time.Duration) {
+	b, err := os.ReadFile(filepath.Join(dir, "schedstat"))
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, 0
+	}
+	r, _ := strconv.ParseUint(f[0], 10, 64)
+	w, _ := strconv.ParseUint(f[1], 10, 64)
+	return time.Duration(r), time.Duration(w)
+}
+
+// When is what the worker and the NAPI thread did over the spans of a
+// latency run in which frames took tailLatency or more (from a frame's
+// send to the sample after its latency) and over the sample periods in
+// which none took calmLatency: fractions of the spans' time.
+type When struct {
+	TailSpans int   `json:"tail_spans"`
+	CalmSpans int   `json:"calm_spans"`
+	Tail      Share `json:"tail"`
+	Calm      Share `json:"calm"`
+}
+
+// Share is what the time went to: the worker running, waiting on the run
+// queue, asleep (neither: poll(2)); the NAPI thread running and waiting;
+// the core neither of them ran on (other tasks, or idle).
+type Share struct {
+	WorkerRun   float64 `json:"worker_run"`
+	WorkerWait  float64 `json:"worker_wait"`
+	WorkerSleep float64 `json:"worker_asleep"`
+	NAPIRun     float64 `json:"napi_run"`
+	NAPIWait    float64 `json:"napi_wait"`
+	CoreOther   float64 `json:"core_other_or_idle"`
+}
+
+// when sorts the sample periods of a run by the largest latency of the
+// frames sent in them (w: windows from w.Start, every w.Width) and adds
+// up what the samples say for each kind.
+func when(ss []schedSample, w *sink.Windows) *When {
+	if len(ss) < 2 || w == nil || w.Width <= 0 {
+		return nil
+	}
+	maxIn := func(from, to int64) uint64 {
+		var m uint64
+		for i := max((from-w.Start)/w.Width, 0); i < int64(len(w.Max)) && w.Start+i*w.Width < to; i++ {
+			m = max(m, w.Max[i])
+		}
+		return m
+	}
+	var r When
+	var tail, calm [6]float64
+	var tailT, calmT float64
+	add := func(acc *[6]float64, a, b schedSample) float64 {
+		dt := float64(b.at - a.at)
+		wr, ww := float64(b.wRun-a.wRun), float64(b.wWait-a.wWait)
+		nr, nw := float64(b.nRun-a.nRun), float64(b.nWait-a.nWait)
+		acc[0] += wr
+		acc[1] += ww
+		acc[2] += max(dt-wr-ww, 0)
+		acc[3] += nr
+		acc[4] += nw
+		acc[5] += max(dt-wr-nr, 0)
+		return dt
+	}
+	for j := 0; j+1 < len(ss); j++ {
+		m := maxIn(ss[j].at, ss[j+1].at)
+		switch {
+		case m >= uint64(tailLatency):
+			// From the period's start to the first sample after its
+			// slowest frame arrived.
+			k := j + 1
+			for k+1 < len(ss) && ss[k].at < ss[j+1].at+int64(m) {
+				k++
+			}
+			tailT += add(&tail, ss[j], ss[k])
+			r.TailSpans++
+		case m > 0 && m < uint64(calmLatency):
+			calmT += add(&calm, ss[j], ss[j+1])
+			r.CalmSpans++
+		}
+	}
+	share := func(acc [6]float64, t float64) Share {
+		if t <= 0 {
+			return Share{}
+		}
+		return Share{acc[0] / t, acc[1] / t, acc[2] / t, acc[3] / t, acc[4] / t, acc[5] / t}
+	}
+	r.Tail, r.Calm = share(tail, tailT), share(calm, calmT)
+	return &r
+}
+
+// schedSampler reads schedSamples every sampleEvery until stopped.
+type schedSampler struct {
+	done chan struct{}
+	out  chan []schedSample
+}
+
+// startSampler samples worker thread tid and the NAPI threads napi from a
+// thread of its own pinned to cpu (the generator's: not the core measured;
+// -1: unpinned).
+func startSampler(tid int, napi []int, cpu int) *schedSampler {
+	s := &schedSampler{done: make(chan struct{}), out: make(chan []schedSample, 1)}
+	worker := "/proc/" + strconv.Itoa(tid)
+	var dirs []string
+	for _, p := range napi {
+		dirs = append(dirs, "/proc/"+strconv.Itoa(p))
+	}
+	go func() {
+		if cpu >= 0 {
+			runtime.LockOSThread() // never unlocked: the pinned thread ends here
+			_ = setAffinity(unix.Gettid(), cpu)
+		}
+		ss := []schedSample{readSample(gen.Now(), worker, dirs)}
+		t := time.NewTicker(sampleEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.done:
+				s.out <- append(ss, readSample(gen.Now(), worker, dirs))
+				return
+			case <-t.C:
+				ss = append(ss, readSample(gen.Now(), worker, dirs))
+			}
+		}
+	}()
+	return s
+}
+
+// stop ends the sampling and returns the samples.
+func (s *schedSampler) stop() []schedSample {
+	close(s.done)
+	return <-s.out
 }

@@ -121,6 +121,8 @@ func frame(t *testing.T, dst net.HardwareAddr, ts int64, run uint32, size int) [
 func TestCounterRecord(t *testing.T) {
 	macs := []net.HardwareAddr{{2, 0x77, 0, 0, 1, 1}, {2, 0x77, 0, 0, 1, 2}}
 	c := NewCounter(macs, 7)
+	// Windows of 1 µs from 0: the largest latency by send time.
+	c.Windows = &Windows{Width: 1000, Max: make([]uint64, 3)}
 	c.Record(frame(t, macs[0], 1000, 7, 60), 3000)  // 2 µs
 	c.Record(frame(t, macs[1], 1000, 7, 60), 6000)  // 5 µs
 	c.Record(frame(t, macs[1], 1000, 7, 200), 1500) // 0.5 µs
@@ -137,6 +139,10 @@ func TestCounterRecord(t *testing.T) {
 	}
 	if !slices.Equal(c.PerBackend, []uint64{2, 2}) {
 		t.Fatalf("per backend %v", c.PerBackend)
+	}
+	// Sent at 1000 (window 1): 2, 5, 0.5 and 1 µs; at 5000: out of range.
+	if !slices.Equal(c.Windows.Max, []uint64{0, 5000, 0}) {
+		t.Errorf("windows %v, want [0 5000 0]", c.Windows.Max)
 	}
 	// Latencies: 0, 500, 1000, 2000, 5000.
 	if c.Latency.N != 5 || c.Latency.Max != 5000 || c.Latency.Sum != 8500 {
