@@ -209,7 +209,8 @@ func tailTable(rs []Case) report.Table {
 // the sample periods in which no frame took 200 µs (Tail.When).
 func whenTable(rs []Case) report.Table {
 	t := report.Table{
-		Title: fmt.Sprintf("When xlb's tail happens: share of the time, from the send of a frame that took >= %v to its arrival, and in %v periods where none took %v (schedstat sampled every %v)",
+		Title: fmt.Sprintf("When xlb's tail happens: share of the time, from the send of a frame that took >= %v to its arrival, and in %v periods where none took %v "+
+			"(schedstat sampled every %v; the kernel counts a run-queue wait when it ends, so a wait share can pass 100 %%)",
 			tailLatency, sampleEvery, calmLatency, sampleEvery),
 		Columns: []string{"frame B", "forwarder", "load", "spans", "n", "worker runs %", "worker waits %", "worker asleep %",
 			"NAPI runs %", "NAPI waits %", "core: others or idle %"},

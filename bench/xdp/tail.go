@@ -188,7 +188,8 @@ func schedRunWait(dir string) (run, wait time.Duration) {
 // When is what the worker and the NAPI thread did over the spans of a
 // latency run in which frames took tailLatency or more (from a frame's
 // send to the sample after its latency) and over the sample periods in
-// which none took calmLatency: fractions of the spans' time.
+// which none took calmLatency: fractions of the spans' time. schedstat
+// adds a run-queue wait when it ends, so a wait share may pass 1.
 type When struct {
 	TailSpans int   `json:"tail_spans"`
 	CalmSpans int   `json:"calm_spans"`
