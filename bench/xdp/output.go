@@ -499,7 +499,8 @@ func (b *bench) methodNotes(rs []Case) []string {
 			"and the rest (the Go scheduler parking its locked thread: preemption, stop-the-world), the socket's rx-ring-full and fill-ring-empty counts (XDP_STATISTICS), "+
 			"the Go runtime's collections and their stop-the-world pauses (xlb runs with GODEBUG=gctrace=1), the middle NAPI thread's CPU and run-queue wait, "+
 			"the middle core's busy time that was neither theirs nor the host's (steal), from /proc/stat in 10 ms ticks, the CPU of xlb's other threads, "+
-			"and the frames that took 1 ms or more. In a full run, half-slice is the latency run again with the worker given the NAPI thread's "+napiSlice.String()+
+			"and the frames that took 1 ms or more. Through the latency runs the worker's and the NAPI thread's schedstat is also sampled every "+sampleEvery.String()+
+			" from a thread on the generator's core (a few reads of /proc per sample), and each period set beside the slowest frame sent in it (the when-table). In a full run, half-slice is the latency run again with the worker given the NAPI thread's "+napiSlice.String()+
 			" time slice (so that, waking, it preempts a task running out a longer one), then its own back.")
 	}
 	n = append(n, cpu,
