@@ -19,7 +19,9 @@ type Case struct {
 	Variant string `json:"forwarder"`
 	Size    int    `json:"frame_bytes"` // on the wire, FCS included
 	// Load is "full" (as fast as the generator sends), "lossless" (the
-	// check of the search's result: the maximum lossless rate), "half"
+	// check of the search's result: the maximum lossless rate), "paired"
+	// (xlb's and xlb-ct's lossless rates by the paired search), "half-slice"
+	// (xlb's latency run again, its worker on a short time slice), "half"
 	// (the latency run at half of it), "floor" ((b) xdpfwd at the rate of
 	// FloorFor's latency run) or "floor-busy" (the same with the middle's
 	// core kept busy, see keepBusy).
@@ -103,7 +105,11 @@ type Case struct {
 	LatMean float64 `json:"latency_mean_us"`
 	LatMax  float64 `json:"latency_max_us"`
 	// Added is the latency over (b)'s at the same rate (Load "half").
-	Added   *Added `json:"added_latency,omitempty"`
+	Added *Added `json:"added_latency,omitempty"`
+	// Paired is the paired search's result (Load "paired").
+	Paired *Paired `json:"paired,omitempty"`
+	// Tail is, for xlb, what its worker waited on over the case.
+	Tail    *Tail `json:"tail,omitempty"`
 	latency sink.Histogram
 }
 
@@ -196,6 +202,11 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 	if f.threads != nil {
 		thr0 = f.threads()
 	}
+	logOff := 0
+	if f.log != nil {
+		logOff = len(f.log())
+	}
+	napi0 := b.napiStat()
 	kern0, drops0, cpu0 := b.kernelCPU(), b.drops(), readCPUTimes()
 	start := time.Now()
 	// After a stall the generator sends at most a quarter of the middle's
@@ -206,20 +217,36 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 	if load == "trial" || load == "lossless" {
 		coalesce, backlog = b.cfg.Coalesce, 64
 	}
+	// Latency runs of xlb: the worker's and NAPI's schedstat sampled
+	// through the run, for Tail.When.
+	var sampler *schedSampler
+	if (load == "half" || load == "half-slice") && f.workerTID != nil {
+		if tid := f.workerTID(); tid > 0 {
+			ctr.Windows = &sink.Windows{Start: gen.Now(), Width: int64(windowWidth), Max: make([]uint64, int(d/windowWidth)+1)}
+			sampler = startSampler(tid, topo.NAPIThreads(b.topo.MidDev), b.genCPU)
+		}
+	}
 	res, err := gen.Run(ctx, gen.Config{Socket: b.sock, Frames: fr, Counter: ctr, Run: b.run,
 		Duration: d, Rate: rate, CPU: b.genCPU, Spin: rate > 0, Coalesce: coalesce, Backlog: backlog})
 	wall := time.Since(start)
+	var samples []schedSample
+	if sampler != nil {
+		samples = sampler.stop()
+	}
 	if err != nil {
 		return Case{}, err
 	}
 	cpu1, drops1, kern1 := readCPUTimes(), b.drops(), b.kernelCPU()
+	napi1 := b.napiStat()
 	var user time.Duration
 	if f.userCPU != nil {
 		user = f.userCPU() - user0
 	}
 	var faults, workerFaults uint64
+	var thr1 map[string]threadStat
 	if f.threads != nil {
-		faults, workerFaults = faultsBetween(thr0, f.threads())
+		thr1 = f.threads()
+		faults, workerFaults = faultsBetween(thr0, thr1)
 	}
 	if err := f.alive(); err != nil {
 		return Case{}, err
@@ -253,7 +280,7 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 	// (and the peer's XDP_TX failures again, so the generator's is not used).
 	r.DropIn = (drops1.genTx - drops0.genTx) + (drops1.midRx - drops0.midRx)
 	r.DropOut = drops1.midTx - drops0.midTx
-	r.DropSink = res.Stats.Kernel.RxDropped + res.Stats.Kernel.RxRingFull
+	r.DropSink = res.SinkStats.Kernel.RxDropped + res.SinkStats.Kernel.RxRingFull
 	r.Out = r.Forwarded + r.DropOut
 	r.OutPPS = float64(r.Out) / secs
 	if lost := int64(r.Sent) - int64(r.Forwarded+r.DropIn+r.DropOut+r.DropSink); lost > 0 {
@@ -271,5 +298,30 @@ func (b *bench) runCase(ctx context.Context, f *forwarder, v variant, size int, 
 	us := func(ns uint64) float64 { return float64(ns) / 1e3 }
 	r.LatP50, r.LatP90, r.LatP99, r.LatP999 = us(h.Quantile(0.5)), us(h.Quantile(0.9)), us(h.Quantile(0.99)), us(h.Quantile(0.999))
 	r.LatMean, r.LatMax = h.Mean()/1e3, us(h.Max)
+	if f.log != nil && thr1 != nil {
+		_, w := busiestBetween(thr0, thr1)
+		napi := napi1.sub(napi0)
+		t := &Tail{WorkerRunMS: ms(w.cpu), WorkerWaitMS: ms(w.wait), WorkerPreempted: w.nonvol, WorkerSlept: w.vol,
+			NAPIRunMS: ms(napi.cpu), NAPIWaitMS: ms(napi.wait), NAPISlices: napi.slices, WorkerSlices: w.slices,
+			IdleSleeps: middle["runtime.queues.idle_sleeps"], Polls: middle["runtime.queues.socket_polls"],
+			RxRingFull: middle["runtime.queues.kernel.rx_ring_full"], FillRingEmpty: middle["runtime.queues.kernel.fill_ring_empty"],
+			TxRingFull: middle["runtime.queues.tx_ring_full_drops"], FramesOver1ms: h.Above(uint64(time.Millisecond))}
+		t.RuntimeParks = t.WorkerSlept - min(t.IdleSleeps, t.WorkerSlept)
+		t.XLBOthersMS = max(ms(user-w.cpu), 0)
+		if b.midCPU >= 0 && b.midCPU < len(cpu0.busy) && b.midCPU < len(cpu1.busy) {
+			mid := b.midCPU
+			tick := func(x, y []uint64) time.Duration { return time.Duration(y[mid]-x[mid]) * time.Second / clockTicks }
+			steal := tick(cpu0.steal, cpu1.steal)
+			t.StealMS = ms(steal)
+			t.OthersMS = max(ms(tick(cpu0.busy, cpu1.busy)-steal-w.cpu-napi.cpu), 0)
+		}
+		if lg := f.log(); len(lg) >= logOff {
+			t.gcTail(parseGCTrace(lg[logOff:]))
+		}
+		t.When = when(samples, ctr.Windows)
+		r.Tail = t
+	}
 	return r, nil
 }
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }

@@ -55,9 +55,10 @@ func processCPU(pid int) time.Duration {
 	return sum
 }
 
-// cpuTimes are /proc/stat's busy and total jiffies per CPU.
+// cpuTimes are /proc/stat's busy and total jiffies per CPU, and of busy
+// the time the VM's host ran something else on it (steal).
 type cpuTimes struct {
-	busy, total []uint64
+	busy, total, steal []uint64
 }
 
 // readCPUTimes reads /proc/stat. Busy is everything but idle and iowait.
@@ -74,7 +75,7 @@ func readCPUTimes() cpuTimes {
 		if len(fs) < 8 || !strings.HasPrefix(fs[0], "cpu") || fs[0] == "cpu" {
 			continue
 		}
-		var busy, total uint64
+		var busy, total, steal uint64
 		for i, v := range fs[1:] {
 			n, _ := strconv.ParseUint(v, 10, 64)
 			if i >= 8 { // guest time is already in user
@@ -84,9 +85,13 @@ func readCPUTimes() cpuTimes {
 			if i != 3 && i != 4 { // idle, iowait
 				busy += n
 			}
+			if i == 7 {
+				steal = n
+			}
 		}
 		t.busy = append(t.busy, busy)
 		t.total = append(t.total, total)
+		t.steal = append(t.steal, steal)
 	}
 	return t
 }
@@ -171,10 +176,61 @@ func taskFaults(dir string) (uint64, bool) {
 	return minflt + majflt, true
 }
 
-// threadStat is one thread's CPU time and page faults so far.
+// threadStat is one thread's CPU time and page faults so far, and from
+// the scheduler: the time it waited runnable on a run queue (schedstat's
+// second field) and its context switches, voluntary (it slept: poll(2), a
+// futex) and not (preempted), from /proc/PID/task/TID/status.
 type threadStat struct {
-	cpu    time.Duration
-	faults uint64
+	cpu         time.Duration
+	faults      uint64
+	wait        time.Duration
+	slices      uint64 // times it got the CPU (schedstat's third field)
+	vol, nonvol uint64
+}
+
+// taskSched reads task dir's run-queue wait, times on the CPU and context
+// switches.
+func taskSched(dir string) (wait time.Duration, slices, vol, nonvol uint64) {
+	if b, err := os.ReadFile(filepath.Join(dir, "schedstat")); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 2 {
+			ns, _ := strconv.ParseUint(f[1], 10, 64)
+			wait = time.Duration(ns)
+			slices, _ = strconv.ParseUint(f[2], 10, 64)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "status"))
+	if err != nil {
+		return wait, slices, 0, 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "voluntary_ctxt_switches":
+			vol, _ = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		case "nonvoluntary_ctxt_switches":
+			nonvol, _ = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return wait, slices, vol, nonvol
+}
+
+// taskStat reads one task's threadStat.
+func taskStat(dir string) threadStat {
+	cpu, _ := taskCPU(dir)
+	flt, _ := taskFaults(dir)
+	wait, slices, vol, nonvol := taskSched(dir)
+	return threadStat{cpu: cpu, faults: flt, wait: wait, slices: slices, vol: vol, nonvol: nonvol}
+}
+
+// sub is s - o, field by field (o: the same task earlier; zero for a task
+// made since).
+func (s threadStat) sub(o threadStat) threadStat {
+	d := func(a, b uint64) uint64 { return a - min(a, b) }
+	return threadStat{cpu: max(s.cpu-o.cpu, 0), faults: d(s.faults, o.faults), wait: max(s.wait-o.wait, 0),
+		slices: d(s.slices, o.slices), vol: d(s.vol, o.vol), nonvol: d(s.nonvol, o.nonvol)}
 }
 
 // threadStats reads every thread of process pid, by thread id.
@@ -186,10 +242,7 @@ func threadStats(pid int) map[string]threadStat {
 	}
 	m := map[string]threadStat{}
 	for _, e := range ents {
-		dir := filepath.Join(base, e.Name())
-		cpu, _ := taskCPU(dir)
-		flt, _ := taskFaults(dir)
-		m[e.Name()] = threadStat{cpu, flt}
+		m[e.Name()] = taskStat(filepath.Join(base, e.Name()))
 	}
 	return m
 }
@@ -198,16 +251,27 @@ func threadStats(pid int) map[string]threadStat {
 // threadStats and those of its busiest thread over that time (the
 // forwarder's worker, when it forwarded anything).
 func faultsBetween(a, b map[string]threadStat) (process, busiest uint64) {
-	var most time.Duration = -1
+	_, w := busiestBetween(a, b)
 	for tid, s1 := range b {
-		s0 := a[tid] // zero for a thread made meanwhile
-		f := s1.faults - min(s0.faults, s1.faults)
-		process += f
-		if cpu := s1.cpu - s0.cpu; cpu > most {
-			most, busiest = cpu, f
+		process += s1.sub(a[tid]).faults
+	}
+	return process, w.faults
+}
+
+// busiestBetween returns the thread that ran longest between two
+// threadStats (the forwarder's worker, when it forwarded anything) and
+// what it did over that time.
+func busiestBetween(a, b map[string]threadStat) (tid string, d threadStat) {
+	d.cpu = -1
+	for t, s1 := range b {
+		if s := s1.sub(a[t]); s.cpu > d.cpu {
+			tid, d = t, s
 		}
 	}
-	return process, busiest
+	if d.cpu < 0 {
+		d.cpu = 0
+	}
+	return tid, d
 }
 
 // statFields are the fields of task dir's /proc stat after the command
@@ -223,4 +287,27 @@ func statFields(dir string) ([]string, bool) {
 		return nil, false
 	}
 	return strings.Fields(s[i+1:]), true
+}
+
+// pinnedThread is the thread of process pid allowed on cpu only (xlb's
+// worker: `cpus` pins it; its other threads may run anywhere), 0 if none.
+func pinnedThread(pid, cpu int) int {
+	base := "/proc/" + strconv.Itoa(pid) + "/task"
+	ents, err := os.ReadDir(base)
+	if err != nil {
+		return 0
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(base, e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok && strings.TrimSpace(v) == strconv.Itoa(cpu) {
+				tid, _ := strconv.Atoi(e.Name())
+				return tid
+			}
+		}
+	}
+	return 0
 }

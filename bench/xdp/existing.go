@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"time"
 
 	"xlb/bench/report"
@@ -15,18 +16,20 @@ import (
 	"xlb/dataplane/afxdp"
 )
 
-// Existing is a run over an interface lbbench did not build (a real NIC
-// port): the generator and the sink share one AF_XDP socket on Iface's
-// queue 0, and the forwarder (xlb on another host, with RemoteXLBConfig's
-// configuration) is reached at XLBMAC and sends every frame back to
-// Iface's MAC. No namespace is made; nothing is sent but the bench's UDP
-// frames to topo.VIP.
+// Existing is a run over interfaces lbbench did not build (real NIC
+// ports): the generator sends from an AF_XDP socket on Iface's queue 0, the
+// sink receives on SinkIface's queue 0 (its XDP program there; empty or
+// Iface: one socket for both), and the forwarder (xlb on another host,
+// with RemoteXLBConfig's configuration, or (b) xdpfwd there, ServeXDPFwd)
+// is reached at XLBMAC and sends every frame back to SinkIface's MAC. No
+// namespace is made; nothing is sent but the bench's UDP frames to
+// topo.VIP.
 type Existing struct {
-	Iface  string
-	XLBMAC net.HardwareAddr
+	Iface, SinkIface string
+	XLBMAC           net.HardwareAddr
 }
 
-// RunExisting measures xlb (and xlb-ct) behind e: per variant and size a
+// RunExisting measures xlb and xlb-ct, or xdpfwd, behind e: per variant and size a
 // full-load run, the lossless-rate search and latency at half of that rate,
 // as Run does. What it cannot see is the far host: no CPU per packet, no
 // drop counters there, no floor ((b) xdpfwd) to subtract; the report says
@@ -41,26 +44,22 @@ func RunExisting(ctx context.Context, cfg Config, e Existing) (report.Report, er
 	if len(e.XLBMAC) != 6 || e.XLBMAC[0]&1 != 0 {
 		return report.Report{}, fmt.Errorf("xlb MAC %v: want the xlb host's port's unicast MAC (--xlb-mac)", e.XLBMAC)
 	}
-	var vs []variant
-	for _, v := range []variant{{name: "xlb", port: portXLB}, {name: "xlb-ct", port: portXLBCT}} {
-		for _, w := range cfg.Variants {
-			if w == v.name {
-				v.desc = variantDesc[v.name] + ", on the remote host"
-				vs = append(vs, v)
-			}
-		}
-	}
-	if len(vs) == 0 {
-		return report.Report{}, errors.New("over existing interfaces only xlb and xlb-ct are measured (--forwarders)")
-	}
-	ifc, err := net.InterfaceByName(e.Iface)
+	vs, err := existingVariants(cfg.Variants)
 	if err != nil {
 		return report.Report{}, err
 	}
-	mac := ifc.HardwareAddr
-	if len(mac) != 6 {
-		return report.Report{}, fmt.Errorf("interface %s has no Ethernet address", e.Iface)
+	if e.SinkIface == "" {
+		e.SinkIface = e.Iface
 	}
+	genIfc, err := ethernetIface(e.Iface)
+	if err != nil {
+		return report.Report{}, err
+	}
+	sinkIfc, err := ethernetIface(e.SinkIface)
+	if err != nil {
+		return report.Report{}, err
+	}
+	mac, sinkMAC := genIfc.HardwareAddr, sinkIfc.HardwareAddr
 	frames := map[[2]int]*gen.Frames{}
 	for _, size := range cfg.Sizes {
 		for _, v := range vs {
@@ -77,28 +76,39 @@ func RunExisting(ctx context.Context, cfg Config, e Existing) (report.Report, er
 		return report.Report{}, err
 	}
 	defer prog.Close()
-	if err := prog.Attach(ifc.Index); err != nil {
-		return report.Report{}, fmt.Errorf("sink on %s: %w", e.Iface, err)
+	if err := prog.Attach(sinkIfc.Index); err != nil {
+		return report.Report{}, fmt.Errorf("sink on %s: %w", e.SinkIface, err)
 	}
-	sock, err := afxdp.New(ifc.Index, 0, gen.SocketOpts())
+	sinkSock, err := afxdp.New(sinkIfc.Index, 0, gen.SocketOpts())
 	if err != nil {
-		return report.Report{}, fmt.Errorf("generator socket on %s queue 0: %w", e.Iface, err)
+		return report.Report{}, fmt.Errorf("sink socket on %s queue 0: %w", e.SinkIface, err)
 	}
-	defer sock.Close()
-	if err := prog.Register(0, sock.FD()); err != nil {
+	defer sinkSock.Close()
+	if err := prog.Register(0, sinkSock.FD()); err != nil {
 		return report.Report{}, err
+	}
+	// One port: the sink's socket sends too. Two: the generator's own
+	// socket on its port, with no XDP program there (nothing comes back
+	// to it).
+	sock, sinkOf := sinkSock, (*afxdp.Socket)(nil)
+	if genIfc.Index != sinkIfc.Index {
+		if sock, err = afxdp.New(genIfc.Index, 0, gen.SocketOpts()); err != nil {
+			return report.Report{}, fmt.Errorf("generator socket on %s queue 0: %w", e.Iface, err)
+		}
+		defer sock.Close()
+		sinkOf = sinkSock
 	}
 
 	var run uint32
 	runCase := func(v variant, size int, load string, rate float64, d time.Duration) (Case, error) {
 		run++
-		ctr := sink.NewCounter([]net.HardwareAddr{mac}, run)
+		ctr := sink.NewCounter([]net.HardwareAddr{sinkMAC}, run)
 		var coalesce time.Duration
 		backlog := 1 + int(rate*float64(latencyBacklog)/1e9)
 		if load == "trial" || load == "lossless" {
 			coalesce, backlog = cfg.Coalesce, 64
 		}
-		res, err := gen.Run(ctx, gen.Config{Socket: sock, Frames: frames[[2]int{size, int(v.port)}], Counter: ctr, Run: run,
+		res, err := gen.Run(ctx, gen.Config{Socket: sock, Sink: sinkOf, Frames: frames[[2]int{size, int(v.port)}], Counter: ctr, Run: run,
 			Duration: d, Rate: rate, CPU: -1, Spin: rate > 0, Coalesce: coalesce, Backlog: backlog})
 		if err != nil {
 			return Case{}, err
@@ -112,7 +122,7 @@ func RunExisting(ctx context.Context, cfg Config, e Existing) (report.Report, er
 		if r.Sent > 0 {
 			r.Loss = 1 - float64(r.Forwarded)/float64(r.Sent)
 		}
-		r.DropSink = res.Stats.Kernel.RxDropped + res.Stats.Kernel.RxRingFull
+		r.DropSink = res.SinkStats.Kernel.RxDropped + res.SinkStats.Kernel.RxRingFull
 		r.Out, r.OutPPS = r.Forwarded, r.FwdPPS
 		h := &r.latency
 		us := func(ns uint64) float64 { return float64(ns) / 1e3 }
@@ -161,12 +171,48 @@ func RunExisting(ctx context.Context, cfg Config, e Existing) (report.Report, er
 			return report.Report{}, ctx.Err()
 		}
 	}
-	return existingReport(cfg, e, mac, cases), nil
+	return existingReport(cfg, e, mac, sinkMAC, cases), nil
+}
+
+// existingVariants are the variants of a run over existing interfaces:
+// xlb's two services, or (b) xdpfwd (ServeXDPFwd on the far host, which
+// forwards the untracked service's port like any other).
+func existingVariants(want []string) ([]variant, error) {
+	var vs []variant
+	for _, v := range []variant{{name: "xlb", port: portXLB}, {name: "xlb-ct", port: portXLBCT}, {name: "xdpfwd", port: portXLB}} {
+		if slices.Contains(want, v.name) {
+			v.desc = variantDesc[v.name] + ", on the remote host"
+			vs = append(vs, v)
+		}
+	}
+	switch {
+	case len(vs) == 0:
+		return nil, errors.New("over existing interfaces xlb, xlb-ct or xdpfwd are measured (--forwarders)")
+	case vs[len(vs)-1].name == "xdpfwd" && len(vs) > 1:
+		return nil, errors.New("over existing interfaces either xlb (xlb, xlb-ct) or xdpfwd is at the far end, not both (--forwarders)")
+	}
+	return vs, nil
+}
+
+// ethernetIface is the named interface, with a 6-byte MAC.
+func ethernetIface(name string) (*net.Interface, error) {
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil, err
+	}
+	if len(ifc.HardwareAddr) != 6 {
+		return nil, fmt.Errorf("interface %s has no Ethernet address", name)
+	}
+	return ifc, nil
 }
 
 // existingReport is RunExisting's report: what the load host sees.
-func existingReport(cfg Config, e Existing, mac net.HardwareAddr, cs []Case) report.Report {
-	t := report.Table{Title: fmt.Sprintf("xlb on the remote host, over %s (this host: generator and sink; no CPU figures from the far side)", e.Iface),
+func existingReport(cfg Config, e Existing, mac, sinkMAC net.HardwareAddr, cs []Case) report.Report {
+	ports := e.Iface
+	if e.SinkIface != e.Iface {
+		ports = fmt.Sprintf("%s (generator) and %s (sink)", e.Iface, e.SinkIface)
+	}
+	t := report.Table{Title: fmt.Sprintf("The forwarder on the remote host, over %s (this host: generator and sink; no CPU figures from the far side)", ports),
 		Columns: []string{"forwarder", "frame B", "load", "offered Mpps", "sent Mpps", "back Mpps", "loss %", "p50 µs", "p99 µs", "p99.9 µs"}}
 	for _, c := range cs {
 		off := "full"
@@ -182,7 +228,7 @@ func existingReport(cfg Config, e Existing, mac net.HardwareAddr, cs []Case) rep
 	}
 	return report.Report{Tables: []report.Table{t},
 		Notes: []string{
-			fmt.Sprintf("frames from %s (%s) to the xlb host's MAC %s, VIP %s, %d flows; xlb sends them back to %s's MAC (its backends' mac, RemoteXLBConfig)", e.Iface, mac, e.XLBMAC, topo.VIP, cfg.Sources*cfg.Ports, e.Iface),
+			fmt.Sprintf("frames from %s (%s) to the far host's MAC %s, VIP %s, %d flows; the forwarder there sends them back to %s's MAC %s (its backends' mac, RemoteXLBConfig; or ServeXDPFwd's)", e.Iface, mac, e.XLBMAC, topo.VIP, cfg.Sources*cfg.Ports, e.SinkIface, sinkMAC),
 			"lossless: the highest paced rate with at most " + pct(cfg.LossMax) + " % loss (search, then checked); half: latency at half of it, sender's clock to the sink's receive stamp, both on this host",
 			"not measured from here: the xlb host's CPU per packet (read its /status counters and the worker's CPU time there), drops on the wire or in the NIC (ethtool -S on both hosts), and no floor (b) is subtracted from the latency",
 		},

@@ -39,6 +39,12 @@ type forwarder struct {
 	// threads are its user-space threads' CPU time and page faults so
 	// far (nil: not a process of its own), diffed per case.
 	threads func() map[string]threadStat
+	// workerTID finds the forwarder's worker thread (nil: none to find):
+	// xlb's, pinned to the middle's CPU.
+	workerTID func() int
+	// log is what the forwarder's process printed so far (nil: none):
+	// xlb's, with GODEBUG=gctrace=1's lines, for Tail.
+	log func() string
 	// redirKey and tookKey name, for an AF_XDP forwarder, the counters of
 	// frames its XDP program redirected to its sockets and of frames its
 	// workers took from them.
@@ -112,6 +118,10 @@ func (b *bench) xlbForwarder(want map[string]bool) *forwarder {
 	f.alive = func() error { return p.alive() }
 	f.counters = func() map[string]uint64 { return p.counters() }
 	f.threads = func() map[string]threadStat { return threadStats(p.pid()) }
+	f.log = func() string { return p.log.String() }
+	if b.midCPU >= 0 {
+		f.workerTID = func() int { return pinnedThread(p.pid(), b.midCPU) }
+	}
 	return f
 }
 

@@ -74,6 +74,9 @@ func (b *bench) report(rs []Case) report.Report {
 		Columns: []string{"frame B", "forwarder", "load", "rate Mpps", "sent", "forwarded", "drop in", "drop mid", "drop out", "drop sink", "per backend %", "other MAC"},
 	}
 	for _, c := range rs {
+		if c.Load == "paired" {
+			continue // pairedTable
+		}
 		size := strconv.Itoa(c.Size)
 		switch c.Load {
 		case "lossless":
@@ -130,6 +133,9 @@ func (b *bench) report(rs []Case) report.Report {
 			strconv.FormatUint(c.DropSink, 10), strings.Join(shares, "/"), strconv.FormatUint(c.Other, 10)})
 	}
 	r.Tables = append(r.Tables, lossless)
+	if t := b.pairedTable(rs); len(t.Rows) > 0 {
+		r.Tables = append(r.Tables, t)
+	}
 
 	ratios := report.Table{
 		Title:   "xlb against the baselines at the maximum lossless rate: pps, and pps per busy core (\">=\": a baseline limited by the generator, so the ratio is an upper bound)",
@@ -159,12 +165,80 @@ func (b *bench) report(rs []Case) report.Report {
 	if len(ratios.Rows) > 0 {
 		r.Tables = append(r.Tables, ratios)
 	}
-	r.Tables = append(r.Tables, lat, full, drops)
+	r.Tables = append(r.Tables, lat)
+	if t := tailTable(rs); len(t.Rows) > 0 {
+		r.Tables = append(r.Tables, t)
+	}
+	if t := whenTable(rs); len(t.Rows) > 0 {
+		r.Tables = append(r.Tables, t)
+	}
+	r.Tables = append(r.Tables, full, drops)
 
 	r.Targets = b.targets(rs)
 	r.Charts = b.charts(rs)
 	r.Notes = append(b.methodNotes(rs), b.notes...)
 	return r
+}
+
+// tailTable is, for xlb's latency and lossless runs, the latency tail
+// beside what its worker waited on (Tail).
+func tailTable(rs []Case) report.Table {
+	t := report.Table{
+		Title: "xlb's latency tail and what its worker waited on over the run (ms; schedstat, /status, XDP_STATISTICS, gctrace)",
+		Columns: []string{"frame B", "forwarder", "load", "p50 µs", "p99 µs", "max µs", "frames >= 1 ms",
+			"worker run", "worker run-queue wait (mean µs)", "preempted", "poll(2) sleeps", "runtime parks", "NAPI run", "NAPI wait (mean µs)", "others on its core", "host steal", "xlb's other threads",
+			"GCs", "GC pause (max)", "rx ring full", "fill empty", "drop in (veth)"},
+	}
+	for _, c := range rs {
+		tl := c.Tail
+		if tl == nil || (c.Load != "half" && c.Load != "half-slice" && c.Load != "lossless") {
+			continue
+		}
+		u := func(n uint64) string { return strconv.FormatUint(n, 10) }
+		t.Rows = append(t.Rows, []string{strconv.Itoa(c.Size), c.Variant, c.Load, report.G(c.LatP50), report.G(c.LatP99), report.G(c.LatMax),
+			u(tl.FramesOver1ms), report.F(tl.WorkerRunMS, 0), withMean(tl.WorkerWaitMS, tl.WorkerSlices), u(tl.WorkerPreempted), u(tl.IdleSleeps), u(tl.RuntimeParks),
+			report.F(tl.NAPIRunMS, 0), withMean(tl.NAPIWaitMS, tl.NAPISlices), report.F(tl.OthersMS, 0), report.F(tl.StealMS, 0), report.F(tl.XLBOthersMS, 0),
+			strconv.Itoa(tl.GCs), report.F(tl.GCPauseMS, 2) + " (" + report.F(tl.GCMaxPauseMS, 2) + ")",
+			u(tl.RxRingFull), u(tl.FillRingEmpty), u(c.DropIn)})
+	}
+	return t
+}
+
+// whenTable is, for xlb's latency runs, what the worker and the NAPI
+// thread did while frames that took 1 ms or more were on their way, and in
+// the sample periods in which no frame took 200 µs (Tail.When).
+func whenTable(rs []Case) report.Table {
+	t := report.Table{
+		Title: fmt.Sprintf("When xlb's tail happens: share of the time, from the send of a frame that took >= %v to its arrival, and in %v periods where none took %v "+
+			"(schedstat sampled every %v; the kernel counts a run-queue wait when it ends, so a wait share can pass 100 %%)",
+			tailLatency, sampleEvery, calmLatency, sampleEvery),
+		Columns: []string{"frame B", "forwarder", "load", "spans", "n", "worker runs %", "worker waits %", "worker asleep %",
+			"NAPI runs %", "NAPI waits %", "core: others or idle %"},
+	}
+	for _, c := range rs {
+		if c.Tail == nil || c.Tail.When == nil {
+			continue
+		}
+		w := c.Tail.When
+		for _, k := range []struct {
+			name string
+			n    int
+			s    Share
+		}{{"tail", w.TailSpans, w.Tail}, {"calm", w.CalmSpans, w.Calm}} {
+			p := func(f float64) string { return report.F(100*f, 0) }
+			t.Rows = append(t.Rows, []string{strconv.Itoa(c.Size), c.Variant, c.Load, k.name, strconv.Itoa(k.n),
+				p(k.s.WorkerRun), p(k.s.WorkerWait), p(k.s.WorkerSleep), p(k.s.NAPIRun), p(k.s.NAPIWait), p(k.s.CoreOther)})
+		}
+	}
+	return t
+}
+
+// withMean is a wait in ms with its mean per time on the CPU in µs.
+func withMean(waitMS float64, slices uint64) string {
+	if slices == 0 {
+		return report.F(waitMS, 1)
+	}
+	return fmt.Sprintf("%s (%s)", report.F(waitMS, 1), report.F(1e3*waitMS/float64(slices), 1))
 }
 
 // targets are ours (docs/performance-targets.md): xlb >= 0.9 x (a) in
@@ -197,8 +271,13 @@ func (b *bench) targets(rs []Case) []report.Target {
 	// Tracking costs tens of ns a packet in the engine, next to ~2.5 µs of
 	// AF_XDP path on veth: the tracked variant forwards within 10 % of the
 	// untracked one, unless its worker stalls (first-touch page faults in
-	// the conntrack table did, before it was populated at start).
-	if ct, x := find(rs, "xlb-ct", small, "lossless"), find(rs, "xlb", small, "lossless"); ct != nil && x != nil && x.SentPPS > 0 {
+	// the conntrack table did, before it was populated at start). Measured
+	// by the paired search where it ran (each variant's own search is
+	// noisier: minutes apart on a machine whose load changes).
+	if v, ok := PairedRatio(rs, small); ok {
+		ts = append(ts, report.Target{Name: fmt.Sprintf("xlb-ct / xlb, lossless pps (paired search), %d B", small),
+			Want: ">= 0.9x", Measured: v, Unit: "x", Met: v >= 0.9})
+	} else if ct, x := find(rs, "xlb-ct", small, "lossless"), find(rs, "xlb", small, "lossless"); ct != nil && x != nil && x.SentPPS > 0 {
 		v := ct.SentPPS / x.SentPPS
 		ts = append(ts, report.Target{Name: fmt.Sprintf("xlb-ct / xlb, lossless pps, %d B", small),
 			Want: ">= 0.9x", Measured: v, Unit: "x", Met: v >= 0.9})
@@ -227,6 +306,58 @@ func (b *bench) targets(rs []Case) []report.Target {
 		}
 	}
 	return ts
+}
+
+// PairedRatio is xlb-ct's lossless rate over xlb's at size by the paired
+// search; ok false when it did not run or either variant passed no step.
+func PairedRatio(rs []Case, size int) (float64, bool) {
+	x, ct := find(rs, "xlb", size, "paired"), find(rs, "xlb-ct", size, "paired")
+	if x == nil || ct == nil || x.Paired == nil || ct.Paired == nil {
+		return 0, false
+	}
+	v, _, _, ok := pairedRatio(*x.Paired, *ct.Paired)
+	return v, ok
+}
+
+// pairedTable shows the paired search per size: each variant's bracket,
+// its steps (rate: losses of the trials) and the ratio with its range.
+func (b *bench) pairedTable(rs []Case) report.Table {
+	t := report.Table{
+		Title: fmt.Sprintf("xlb-ct against xlb, paired search: trials interleaved (xlb, xlb-ct, ...), %d per rate step, a step passes when most do (loss <= %s %%); ratio range from the brackets",
+			pairedTrials, report.G(100*b.cfg.LossMax)),
+		Columns: []string{"frame B", "forwarder", "Mpps (no loss)", "lowest failing Mpps", "steps: Mpps (median loss %)", "xlb-ct / xlb", "range"},
+	}
+	for _, size := range b.cfg.Sizes {
+		x, ct := find(rs, "xlb", size, "paired"), find(rs, "xlb-ct", size, "paired")
+		if x == nil || ct == nil || x.Paired == nil || ct.Paired == nil {
+			continue
+		}
+		ratio, rng := "-", "-"
+		if v, lo, hi, ok := pairedRatio(*x.Paired, *ct.Paired); ok {
+			ratio, rng = report.Ratio(v, 1), report.F(lo, 2)+"-"+report.F(hi, 2)
+		}
+		for _, c := range []*Case{x, ct} {
+			p := c.Paired
+			var steps []string
+			for _, s := range p.Steps {
+				mark := ""
+				if !s.Pass {
+					mark = " x"
+				}
+				steps = append(steps, fmt.Sprintf("%s (%s)%s", mpps(s.RatePPS), pct(medianLoss(s.Losses)), mark))
+			}
+			hi := "-"
+			if p.Hi > 0 {
+				hi = mpps(p.Hi)
+			}
+			row := []string{strconv.Itoa(size), c.Variant, mpps(p.Lo), hi, strings.Join(steps, ", "), "", ""}
+			if c == ct {
+				row[5], row[6] = ratio, rng
+			}
+			t.Rows = append(t.Rows, row)
+		}
+	}
+	return t
 }
 
 // FaultSlack is how many page faults xlb's worker may take over the
@@ -353,6 +484,24 @@ func (b *bench) methodNotes(rs []Case) []string {
 	if len(took) > 0 {
 		cpu += " At full load the AF_XDP paths are overloaded and their kernel side also works on frames their socket then drops (no fill buffer, rx ring full: receive livelock, as on a NIC at overload); " +
 			"share of the frames their XDP program redirected that the worker took: " + strings.Join(took, ", ") + ". That work counts in their CPU per packet."
+	}
+	if find(rs, "xlb", b.cfg.Sizes[0], "paired") != nil {
+		n = append(n, fmt.Sprintf("xlb-ct against xlb (paired search): both variants from one starting rate (the higher of their own searches' results), "+
+			"their %v trials interleaved (xlb, xlb-ct, xlb, ...) so that a disturbance of the machine falls on both alike, %d trials per variant and rate step, "+
+			"a step passing when most of them do; up %gx after a pass, down after a failure, then bisection to %s %% (%d steps at most). "+
+			"The xlb-ct / xlb target uses it: each variant's own search runs minutes apart from the other's, and a shared machine's load changes in between. "+
+			"The range is what the brackets allow; the spread between runs is larger on a loaded machine.",
+			b.cfg.Trial, pairedTrials, pairedStep, report.G(100*b.cfg.Resolution), b.cfg.pairedSteps()))
+	}
+	if len(tailTable(rs).Rows) > 0 {
+		n = append(n, "xlb's latency tail: over each of xlb's lossless and latency runs, the worker thread's CPU time and run-queue wait "+
+			"(/proc/PID/task/TID/schedstat; mean per time it got the CPU), its preemptions and voluntary sleeps (status), of those its poll(2) sleeps after the 50 µs spin (/status idle_sleeps) "+
+			"and the rest (the Go scheduler parking its locked thread: preemption, stop-the-world), the socket's rx-ring-full and fill-ring-empty counts (XDP_STATISTICS), "+
+			"the Go runtime's collections and their stop-the-world pauses (xlb runs with GODEBUG=gctrace=1), the middle NAPI thread's CPU and run-queue wait, "+
+			"the middle core's busy time that was neither theirs nor the host's (steal), from /proc/stat in 10 ms ticks, the CPU of xlb's other threads, "+
+			"and the frames that took 1 ms or more. Through the latency runs the worker's and the NAPI thread's schedstat is also sampled every "+sampleEvery.String()+
+			" from a thread on the generator's core (a few reads of /proc per sample), and each period set beside the slowest frame sent in it (the when-table). In a full run, half-slice is the latency run again with the worker given the NAPI thread's "+napiSlice.String()+
+			" time slice (so that, waking, it preempts a task running out a longer one), then its own back.")
 	}
 	n = append(n, cpu,
 		fmt.Sprintf("Priorities: every thread measured or measuring (generator, NAPI threads, xlb, the reflector's worker) runs at nice %d, so that other load on the machine disturbs less; "+

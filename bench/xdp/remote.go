@@ -1,11 +1,16 @@
 package xdp
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 
+	"xlb/bench/baseline/xdpfwd"
 	"xlb/bench/xdp/topo"
+	"xlb/dataplane/xdpprog"
 )
 
 // Remote is the real-NIC mode of `lbbench xdp`: the generator and the sink
@@ -63,4 +68,29 @@ func RemoteXLBConfig(r Remote) (string, error) {
 	fmt.Fprintf(&h, "# The load host must answer TCP %d on %s..%s (the backends) on its sink port.\n",
 		healthPort, topo.BackendIP(0), topo.BackendIP(r.Backends-1))
 	return xlbConfigText(h.String(), r.XLBIface, r.CPU, "on", RemoteBackends(r.Backends, r.SinkMAC), true), nil
+}
+
+// RemoteVIP is the VIP a Remote run sends to.
+var RemoteVIP = topo.VIP
+
+// ServeXDPFwd runs (b), the in-kernel XDP_TX forwarder, on iface of this
+// host, the far host of a Remote run, until ctx ends: every frame to
+// topo.VIP goes back out of iface to sinkMAC (the load host's sink port),
+// as RemoteXLBConfig's xlb does; the load host then measures it with
+// RunExisting and the variant "xdpfwd". mode is its XDP attach mode. A
+// veth standing in for the NIC names its peer (in this namespace; "" for a
+// NIC): a veth passes XDP_TX frames on only to a peer with an XDP program,
+// which xdpfwd then attaches there. It returns what it forwarded.
+func ServeXDPFwd(ctx context.Context, iface, vethPeer string, sinkMAC net.HardwareAddr, mode xdpprog.Mode) (xdpfwd.Stats, error) {
+	if len(sinkMAC) != 6 || sinkMAC[0]&1 != 0 {
+		return xdpfwd.Stats{}, fmt.Errorf("sink MAC %v: want the load host's sink port's unicast MAC", sinkMAC)
+	}
+	f, err := xdpfwd.Start(ctx, xdpfwd.Config{Iface: iface, VIPs: []netip.Addr{topo.VIP}, Backends: []net.HardwareAddr{sinkMAC}, Mode: mode,
+		PeerIface: vethPeer})
+	if err != nil {
+		return xdpfwd.Stats{}, err
+	}
+	<-ctx.Done()
+	st, serr := f.Stats()
+	return st, errors.Join(serr, f.Close())
 }

@@ -13,8 +13,10 @@
 // Mpps, loss, the middle hop's CPU (busy cores, ns per packet, packets per
 // second per busy core) at the lossless rate, latency percentiles and CDFs
 // from the timestamps frames carry, the latency each forwarder adds to
-// (b)'s at the same rate, and the ratios xlb/(a), xlb/(b), xlb/(c). See
-// Notes in the report for the method.
+// (b)'s at the same rate, and the ratios xlb/(a), xlb/(b), xlb/(c). xlb-ct
+// is compared with xlb by a paired search (paired.go), and xlb's latency
+// tail is set beside what its worker waited on (Tail). See Notes in the
+// report for the method.
 package xdp
 
 import (
@@ -310,7 +312,88 @@ func (b *bench) measure(ctx context.Context) (_ []Case, err error) {
 // steps is f's share of the progress bar: per variant and size a full
 // load run, the search's trials, the check of its result, a latency run.
 func (f *forwarder) steps(c *Config) int {
-	return len(f.variants) * len(c.Sizes) * (3 + c.Trials)
+	n := len(f.variants) * len(c.Sizes) * (3 + c.Trials)
+	if f.paired() {
+		n += len(c.Sizes) * c.pairedSteps()
+	}
+	if f.sliceAB(c) {
+		n += len(f.variants) * len(c.Sizes)
+	}
+	return n
+}
+
+// sliceAB: the latency runs of f are run a second time with its worker on
+// a short time slice (shortSliceCase): xlb's, in a full run.
+func (f *forwarder) sliceAB(c *Config) bool {
+	return f.workerTID != nil && !c.Quick
+}
+
+// shortSliceCase is the latency run again (Load "half-slice") with xlb's
+// worker thread given the middle NAPI thread's short time slice (setSlice),
+// then its own back: the same run's A/B of whether the worker waiting out
+// other tasks' slices on its core makes the tail. An empty Case (and a
+// note) when the worker's thread is not found or the kernel refuses.
+func (b *bench) shortSliceCase(ctx context.Context, f *forwarder, v variant, size int, rate float64) (Case, error) {
+	tid := f.workerTID()
+	if tid <= 0 {
+		b.note("%s: the worker's thread (pinned to CPU %d) not found: no short-slice latency run", v.name, b.midCPU)
+		return Case{}, nil
+	}
+	if err := setSlice(tid, benchNice, napiSlice); err != nil {
+		b.note("%s: could not give the worker a %v slice (%v; Linux >= 6.12): no short-slice latency run", v.name, napiSlice, err)
+		return Case{}, nil
+	}
+	c, err := b.runCase(ctx, f, v, size, "half-slice", rate, b.cfg.Duration)
+	if e := setSlice(tid, benchNice, 0); e != nil && err == nil {
+		err = fmt.Errorf("restoring the worker's time slice: %w", e)
+	}
+	return c, err
+}
+
+// paired: f is xlb with both its variants, which the paired search
+// compares.
+func (f *forwarder) paired() bool {
+	return f.name == "xlb" && len(f.variants) == 2
+}
+
+func (c *Config) pairedSteps() int {
+	if c.Quick {
+		return pairedStepsQuick
+	}
+	return pairedSteps
+}
+
+// paired runs the paired search of xlb and xlb-ct at size from one rate,
+// the higher of their own searches' results (half of what came back at
+// full load for one that found none), and returns a case per variant (Load
+// "paired", RatePPS the highest rate whose step passed).
+func (b *bench) paired(ctx context.Context, f *forwarder, size int, full, ll [2]Case) ([]Case, error) {
+	var start float64
+	var top [2]float64
+	for i := range 2 {
+		r := ll[i].SentPPS
+		if ll[i].Loss > b.cfg.LossMax {
+			r = full[i].FwdPPS / 2
+		}
+		start = max(start, r)
+		top[i] = full[i].SentPPS
+	}
+	var faults, workerFaults [2]uint64 // over the trials, for WorkerFaults
+	res, err := pairedSearch(&b.cfg, start, top, b.cfg.pairedSteps(), func(i int, rate float64) (Case, error) {
+		c, err := b.runCase(ctx, f, f.variants[i], size, "trial", rate, b.cfg.Trial)
+		faults[i] += c.MiddleFaults
+		workerFaults[i] += c.WorkerFaults
+		return c, err
+	}, b.progress)
+	if err != nil {
+		return nil, err
+	}
+	var out []Case
+	for i, p := range res {
+		out = append(out, Case{Variant: f.variants[i].name, Size: size, Load: "paired", RatePPS: p.Lo, SentPPS: p.Lo,
+			Duration: b.cfg.Trial.Seconds(), Paired: &p, MiddleFaults: faults[i], WorkerFaults: workerFaults[i]})
+	}
+	return out, nil
 }
 
 // pinNAPI puts the generator side's NAPI thread on the generator's core and
@@ -443,6 +526,7 @@ func (b *bench) measureForwarder(ctx context.Context, f *forwarder) (_ []Case, e
 		out = append(out, c)
 	}
 	rates := map[[2]int]float64{} // by variant index and size
+	fulls, lls := map[[2]int]Case{}, map[[2]int]Case{}
 	for vi, v := range f.variants {
 		for _, size := range b.cfg.Sizes {
 			full, err := b.runCase(ctx, f, v, size, "full", 0, b.cfg.Duration)
@@ -456,6 +540,7 @@ func (b *bench) measureForwarder(ctx context.Context, f *forwarder) (_ []Case, e
 				return nil, err
 			}
 			out = append(out, ll)
+			fulls[[2]int{vi, size}], lls[[2]int{vi, size}] = full, ll
 			rate := ll.RatePPS / 2
 			if ll.Loss > b.cfg.LossMax || rate <= 0 {
 				// No lossless rate found: half of what came back at
@@ -463,6 +548,16 @@ func (b *bench) measureForwarder(ctx context.Context, f *forwarder) (_ []Case, e
 				rate = full.FwdPPS / 2
 			}
 			rates[[2]int{vi, size}] = rate
+		}
+	}
+	if f.paired() {
+		for _, size := range b.cfg.Sizes {
+			cs, err := b.paired(ctx, f, size, [2]Case{fulls[[2]int{0, size}], fulls[[2]int{1, size}]},
+				[2]Case{lls[[2]int{0, size}], lls[[2]int{1, size}]})
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, cs...)
 		}
 	}
 	if err := b.setSinkOnMiddle(true); err != nil {
@@ -481,6 +576,16 @@ func (b *bench) measureForwarder(ctx context.Context, f *forwarder) (_ []Case, e
 			}
 			b.progress.Add(1)
 			out = append(out, half)
+			if f.sliceAB(&b.cfg) {
+				c, err := b.shortSliceCase(ctx, f, v, size, rate)
+				if err != nil {
+					return nil, err
+				}
+				b.progress.Add(1)
+				if c.Load != "" {
+					out = append(out, c)
+				}
+			}
 		}
 	}
 	if f.name == "xdpfwd" {

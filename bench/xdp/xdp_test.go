@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -439,5 +440,53 @@ func TestFaultsBetween(t *testing.T) {
 	}
 	if p, _ := faultsBetween(s, threadStats(os.Getpid())); p > 1<<20 {
 		t.Errorf("%d faults between two reads", p)
+	}
+}
+
+// TestTaskSched: a thread that sleeps shows voluntary context switches in
+// its threadStat; busiestBetween picks the thread that ran longest and
+// gives its differences.
+func TestTaskSched(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	dir := "/proc/self/task/" + strconv.Itoa(unix.Gettid())
+	a := taskStat(dir)
+	for range 5 {
+		// A nanosleep(2) of this thread's own: it leaves the CPU.
+		_ = unix.Nanosleep(&unix.Timespec{Nsec: int64(time.Millisecond)}, nil)
+	}
+	b := taskStat(dir)
+	if d := b.sub(a); d.vol < 5 {
+		t.Errorf("5 sleeps: %d voluntary switches (%+v -> %+v)", d.vol, a, b)
+	}
+	x := map[string]threadStat{"1": {cpu: 10, wait: 5, vol: 3}, "2": {cpu: 5}}
+	y := map[string]threadStat{"1": {cpu: 20, wait: 7, vol: 9, nonvol: 2}, "2": {cpu: 900, wait: 40, vol: 1}, "3": {cpu: 30}}
+	if tid, d := busiestBetween(x, y); tid != "2" || d.cpu != 895 || d.wait != 40 || d.vol != 1 {
+		t.Errorf("busiest %s %+v, want 2 with 895 ns run, 40 wait, 1 switch", tid, d)
+	}
+}
+
+// TestPinnedThread: the one thread allowed on a single CPU is found (as
+// xlb's worker is, pinned by `cpus`).
+func TestPinnedThread(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("one CPU: every thread is allowed on CPU 0 alone, there is no pinned thread to tell apart")
+	}
+	got := make(chan [2]int)
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // never unlocked: the pinned thread ends with the goroutine
+		tid := unix.Gettid()
+		if err := setAffinity(tid, 1); err != nil {
+			got <- [2]int{tid, -1}
+			return
+		}
+		got <- [2]int{tid, pinnedThread(os.Getpid(), 1)}
+		<-done
+	}()
+	r := <-got
+	close(done)
+	if r[1] != r[0] {
+		t.Errorf("pinnedThread = %d, want the pinned thread %d", r[1], r[0])
 	}
 }

@@ -178,9 +178,14 @@ type xlbProc struct {
 	client *http.Client
 }
 
-// tail returns the last n lines of s.
+// tail returns the last n lines of s, the runtime's gctrace lines left out.
 func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	var lines []string
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		if !strings.HasPrefix(l, "gc ") {
+			lines = append(lines, l)
+		}
+	}
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
@@ -194,6 +199,9 @@ func startXLB(ctx context.Context, t *topo.Topo, bin, cfgPath string) (*xlbProc,
 	p := &xlbProc{log: &syncbuf.Buffer{}, exited: make(chan struct{}),
 		cmd: exec.Command("ip", "netns", "exec", t.MidNS, bin, "run", "-c", cfgPath, "--log-level", "warn")}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	// The runtime prints a line per collection, with its pauses: the
+	// bench's Tail attributes latency tails to them (or not).
+	p.cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting xlb: %w", err)
 	}

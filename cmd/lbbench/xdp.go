@@ -16,6 +16,7 @@ import (
 
 	"xlb/bench/report"
 	"xlb/bench/xdp"
+	"xlb/dataplane/xdpprog"
 )
 
 // runXDP is `lbbench xdp`: see package bench/xdp.
@@ -47,7 +48,10 @@ func runXDP(args []string, c *common, stderr io.Writer) (report.Report, error) {
 	fs.IntVar(&rem.CPU, "xlb-cpu", -1, "real-NIC mode: the core xlb's one worker is pinned to on its host (-1: unpinned)")
 	fs.StringVar(&xlbConfigOut, "xlb-config", "", "real-NIC mode: file the remote xlb's configuration is written to (default: stderr, when there is no --xlb-mac)")
 	var xlbMAC string
-	fs.StringVar(&xlbMAC, "xlb-mac", "", "real-NIC mode: MAC of the xlb host's port; given, lbbench measures xlb there (frames to the VIP at this MAC, counted back on --gen-iface)")
+	fs.StringVar(&xlbMAC, "xlb-mac", "", "real-NIC mode: MAC of the far host's port; given, lbbench measures the forwarder there (frames to the VIP at this MAC, counted back on --sink-iface)")
+	var serveIface, serveSinkMAC string
+	fs.StringVar(&serveIface, "serve-xdpfwd", "", "real-NIC mode, on the far host instead of xlb: run the in-kernel XDP_TX forwarder (b) on this interface until interrupted, sending the VIP's frames to --sink-mac; measure it from the load host with --forwarders xdpfwd")
+	fs.StringVar(&serveSinkMAC, "sink-mac", "", "with --serve-xdpfwd: the load host's sink port's MAC")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `usage: lbbench xdp [flags]   (root)
 
@@ -58,13 +62,18 @@ XDP forwarder (b) and nftables DNAT (c); sends UDP frames with many
 paced rate each forwards without loss (RFC 2544 style) and measures latency
 at half of it; reports Mpps, loss, CPU per packet of the middle hop at the
 lossless rate, latency percentiles absolute and added over (b), and the
-xlb/(a), xlb/(b), xlb/(c) ratios.
+xlb/(a), xlb/(b), xlb/(c) ratios. xlb-ct is compared with xlb by a paired
+search (interleaved trials, majority per rate step), and xlb's latency tail
+is set beside what its worker waited on (schedstat, poll(2) sleeps, ring
+counters, GC pauses, other tasks on its core).
 
-Real NIC (--gen-iface IF --remote-xlb): no namespaces. --xlb-config F
-writes the configuration "xlb run" takes on the other host (VIP, backends
-with IF's MAC, zero_copy = "on"); with --xlb-mac (that host's port's MAC)
-it then measures xlb and xlb-ct there: frames from IF to the VIP, counted
-back on IF (Mpps, loss, latency; no CPU figures from the far side).
+Real NIC (--gen-iface IF [--sink-iface IF2] --remote-xlb): no namespaces.
+--xlb-config F writes the configuration "xlb run" takes on the other host
+(VIP, backends with the sink port's MAC, zero_copy = "on"); with --xlb-mac
+(that host's port's MAC) it then measures xlb and xlb-ct there: frames
+from IF to the VIP, counted back on IF2 (default IF) (Mpps, loss,
+latency; no CPU figures from the far side). --serve-xdpfwd IF --sink-mac M
+on the far host runs (b) there instead, measured with --forwarders xdpfwd.
 
 flags:
 `)
@@ -99,8 +108,16 @@ flags:
 	// A signal ends the run; the topology is removed before returning.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if serveIface != "" {
+		return serveXDPFwd(ctx, serveIface, serveSinkMAC, stderr)
+	}
 	if rem.GenIface != "" || rem.SinkIface != "" || remote {
 		rem.Backends = cfg.Backends
+		set := false
+		fs.Visit(func(f *flag.Flag) { set = set || f.Name == "forwarders" })
+		if !set {
+			cfg.Variants = []string{"xlb", "xlb-ct"} // what xlb-bench.toml serves
+		}
 		return runRemote(ctx, cfg, rem, remote, xlbMAC, xlbConfigOut, stderr)
 	}
 	return xdp.Run(ctx, cfg)
@@ -120,9 +137,6 @@ func runRemote(ctx context.Context, cfg xdp.Config, rem xdp.Remote, remote bool,
 	if !remote {
 		return report.Report{}, fmt.Errorf("--gen-iface without --remote-xlb: running xlb on a local existing interface is not implemented; run xlb on the other host (--remote-xlb)")
 	}
-	if rem.SinkIface != rem.GenIface {
-		return report.Report{}, fmt.Errorf("--sink-iface %s differs from --gen-iface %s: the generator and the sink share one AF_XDP socket, so one port for both is all that is implemented", rem.SinkIface, rem.GenIface)
-	}
 	var dst net.HardwareAddr
 	if xlbMAC != "" {
 		var err error
@@ -130,9 +144,12 @@ func runRemote(ctx context.Context, cfg xdp.Config, rem xdp.Remote, remote bool,
 			return report.Report{}, fmt.Errorf("--xlb-mac %q: want the xlb host's port's Ethernet address", xlbMAC)
 		}
 	}
-	ifc, err := net.InterfaceByName(rem.GenIface)
-	if err != nil {
+	if _, err := net.InterfaceByName(rem.GenIface); err != nil {
 		return report.Report{}, fmt.Errorf("interface %s: %w", rem.GenIface, err)
+	}
+	ifc, err := net.InterfaceByName(rem.SinkIface)
+	if err != nil {
+		return report.Report{}, fmt.Errorf("interface %s: %w", rem.SinkIface, err)
 	}
 	rem.SinkMAC = ifc.HardwareAddr
 	text, err := xdp.RemoteXLBConfig(rem)
@@ -151,7 +168,23 @@ func runRemote(ctx context.Context, cfg xdp.Config, rem xdp.Remote, remote bool,
 	if dst == nil {
 		return report.Report{}, errNoXLBMAC
 	}
-	return xdp.RunExisting(ctx, cfg, xdp.Existing{Iface: rem.GenIface, XLBMAC: dst})
+	return xdp.RunExisting(ctx, cfg, xdp.Existing{Iface: rem.GenIface, SinkIface: rem.SinkIface, XLBMAC: dst})
+}
+
+// serveXDPFwd is --serve-xdpfwd: (b) on this host's iface until a signal,
+// the far end of a real-NIC run; the report says what it forwarded.
+func serveXDPFwd(ctx context.Context, iface, sinkMAC string, stderr io.Writer) (report.Report, error) {
+	mac, err := net.ParseMAC(sinkMAC)
+	if err != nil || len(mac) != 6 {
+		return report.Report{}, fmt.Errorf("--sink-mac %q: want the load host's sink port's Ethernet address", sinkMAC)
+	}
+	fmt.Fprintf(stderr, "xdpfwd on %s: frames to %s go back to %s; interrupt to stop\n", iface, xdp.RemoteVIP, mac)
+	st, err := xdp.ServeXDPFwd(ctx, iface, "", mac, xdpprog.ModeAuto)
+	if err != nil {
+		return report.Report{}, err
+	}
+	return report.Report{Notes: []string{fmt.Sprintf("xdpfwd on %s forwarded %d frames (XDP_TX) to %s; passed to the kernel: %d not to the VIP, %d not UDP/TCP, %d short",
+		iface, st.TX, mac, st.PassNotVIP, st.PassNotL4, st.PassShort)}}, nil
 }
 
 // errNoXLBMAC ends a real-NIC run that only wrote xlb's configuration.

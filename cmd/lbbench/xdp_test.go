@@ -166,9 +166,32 @@ func TestXDPQuickJSON(t *testing.T) {
 			}
 		}
 	}
+	// The paired search of xlb-ct against xlb ran: a case per variant,
+	// each with its steps, every step with a trial per round.
+	for _, v := range []string{"xlb", "xlb-ct"} {
+		p := find(data.Cases, v, "paired")
+		if p == nil || p.Paired == nil || len(p.Paired.Steps) == 0 {
+			t.Errorf("%s: no paired search", v)
+			continue
+		}
+		for _, st := range p.Paired.Steps {
+			if len(st.Losses) != 3 || st.RatePPS <= 0 {
+				t.Errorf("%s paired step %+v: want 3 trials at a rate", v, st)
+			}
+		}
+	}
+	if v, ok := xdp.PairedRatio(data.Cases, 64); ok {
+		t.Logf("xlb-ct / xlb, paired: %.2f", v)
+	}
+	// Every latency run of xlb says what its worker waited on.
+	for _, v := range []string{"xlb", "xlb-ct"} {
+		if h := find(data.Cases, v, "half"); h != nil && (h.Tail == nil || h.Tail.WorkerRunMS <= 0 || h.Tail.When == nil) {
+			t.Errorf("%s half: no tail attribution (%+v)", v, h.Tail)
+		}
+	}
 	for _, c := range data.Cases {
-		if c.Load == "warm" {
-			continue // the first frames, at full speed: for checkFaults
+		if c.Load == "warm" || c.Load == "paired" {
+			continue // the first frames, at full speed: for checkFaults; the paired search's summary
 		}
 		if c.Sent == 0 || c.Forwarded == 0 {
 			t.Errorf("%s %d B %s: sent %d, forwarded %d", c.Variant, c.Size, c.Load, c.Sent, c.Forwarded)

@@ -63,7 +63,10 @@ const StallMin = 20 * time.Microsecond
 
 // Config is one generator run.
 type Config struct {
+	// Socket sends; Sink receives what comes back (nil: Socket, one
+	// port for both).
 	Socket  *afxdp.Socket
+	Sink    *afxdp.Socket
 	Frames  *Frames
 	Counter *sink.Counter // receives what comes back
 	Run     uint32        // run id written into every frame
@@ -122,8 +125,9 @@ type Result struct {
 	Stalls    int
 	StallTime time.Duration
 	MaxGap    time.Duration
-	// Socket's counters over the run (kernel drops included).
-	Stats afxdp.Stats
+	// Socket's counters over the run (kernel drops included), and the
+	// Sink's (the same when there is no Sink of its own).
+	Stats, SinkStats afxdp.Stats
 }
 
 // Run sends and receives on cfg.Socket from one OS thread until the
@@ -177,12 +181,20 @@ func threadCPU() time.Duration {
 
 func loop(ctx context.Context, cfg *Config) (Result, error) {
 	s, fr, c := cfg.Socket, cfg.Frames, cfg.Counter
+	rs := cfg.Sink
+	if rs == nil {
+		rs = s
+	}
 	batch := cfg.Batch
 	rx := make([]unix.XDPDesc, 256)
 	tx := make([]unix.XDPDesc, batch)
 	addrs := make([]uint64, max(256, batch))
-	fds := []unix.PollFd{{Fd: int32(s.FD()), Events: unix.POLLIN}}
+	fds := []unix.PollFd{{Fd: int32(rs.FD()), Events: unix.POLLIN}}
 	before, err := s.Stats()
+	if err != nil {
+		return Result{}, err
+	}
+	sinkBefore, err := rs.Stats()
 	if err != nil {
 		return Result{}, err
 	}
@@ -209,20 +221,20 @@ func loop(ctx context.Context, cfg *Config) (Result, error) {
 		}
 		prev = now
 		busy := false
-		if n := s.Receive(rx); n > 0 {
+		if n := rs.Receive(rx); n > 0 {
 			t := Now()
 			for i, d := range rx[:n] {
 				at := t
-				if buf, off := s.Chunk(d.Addr); buf != nil {
+				if buf, off := rs.Chunk(d.Addr); buf != nil {
 					if ts, ok := sink.RxStamp(buf, off); ok {
 						at = FromMono(ts)
 						r.Stamped++
 					}
 				}
-				c.Record(s.Frame(d), at)
+				c.Record(rs.Frame(d), at)
 				addrs[i] = d.Addr
 			}
-			s.Recycle(addrs[:n])
+			rs.Recycle(addrs[:n])
 			lastRx, busy = t, true
 		}
 		r.Sent += uint64(s.Complete())
@@ -282,7 +294,11 @@ func loop(ctx context.Context, cfg *Config) (Result, error) {
 	if err != nil {
 		return r, err
 	}
-	r.Stats = diffStats(after, before)
+	sinkAfter, err := rs.Stats()
+	if err != nil {
+		return r, err
+	}
+	r.Stats, r.SinkStats = diffStats(after, before), diffStats(sinkAfter, sinkBefore)
 	return r, nil
 }
 

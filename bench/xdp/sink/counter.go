@@ -23,6 +23,26 @@ type Counter struct {
 	// (a clock error; their latency is counted as 0).
 	Early   uint64
 	Latency Histogram
+	// Windows, when set, also keeps the largest latency per window of
+	// send time.
+	Windows *Windows
+}
+
+// Windows is the largest latency (ns) of the frames sent in each window of
+// Width ns from Start (the payload timestamp's clock); frames sent outside
+// are not kept.
+type Windows struct {
+	Start, Width int64
+	Max          []uint64
+}
+
+func (w *Windows) add(ts int64, d uint64) {
+	if ts < w.Start || w.Width <= 0 {
+		return
+	}
+	if i := (ts - w.Start) / w.Width; i < int64(len(w.Max)) && d > w.Max[i] {
+		w.Max[i] = d
+	}
 }
 
 // NewCounter counts frames of run id run sent to the given backend MACs.
@@ -59,10 +79,14 @@ func (c *Counter) Record(f []byte, now int64) {
 		c.Other++
 	}
 	ts := int64(binary.LittleEndian.Uint64(f[TSOff:]))
-	if d := now - ts; d >= 0 {
-		c.Latency.Add(uint64(d))
+	var d uint64
+	if now >= ts {
+		d = uint64(now - ts)
 	} else {
 		c.Early++
-		c.Latency.Add(0)
+	}
+	c.Latency.Add(d)
+	if c.Windows != nil {
+		c.Windows.add(ts, d)
 	}
 }

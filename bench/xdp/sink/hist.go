@@ -92,3 +92,13 @@ func (h *Histogram) Mean() float64 {
 	}
 	return float64(h.Sum) / float64(h.N)
 }
+
+// Above returns how many values were at least v (to the bucket: values in
+// v's bucket count).
+func (h *Histogram) Above(v uint64) uint64 {
+	var n uint64
+	for i := bucket(v); i < numBuckets; i++ {
+		n += h.Counts[i]
+	}
+	return n
+}

@@ -85,6 +85,23 @@ func TestHistogramQuantiles(t *testing.T) {
 	if (&Histogram{}).Quantile(0.5) != 0 {
 		t.Error("empty histogram has a p50")
 	}
+	// Above: exact for small values, the values' count at and over a
+	// threshold within a bucket's width above.
+	if n := s.Above(5); n != 3 {
+		t.Errorf("small: %d values >= 5, want 3", n)
+	}
+	var exact uint64
+	for _, v := range vals {
+		if v >= 100_000 {
+			exact++
+		}
+	}
+	if got := h.Above(100_000); float64(got) < float64(exact) || float64(got) > 1.04*float64(exact)+1 {
+		t.Errorf("%d values >= 100 µs, exact %d", got, exact)
+	}
+	if h.Above(0) != h.N || h.Above(h.Max+h.Max/8) != 0 {
+		t.Errorf("above 0: %d of %d; above 1.125 max: %d", h.Above(0), h.N, h.Above(h.Max+h.Max/8))
+	}
 }
 
 // frame builds a bench frame to dst MAC with transmit time ts and run id.
@@ -104,6 +121,8 @@ func frame(t *testing.T, dst net.HardwareAddr, ts int64, run uint32, size int) [
 func TestCounterRecord(t *testing.T) {
 	macs := []net.HardwareAddr{{2, 0x77, 0, 0, 1, 1}, {2, 0x77, 0, 0, 1, 2}}
 	c := NewCounter(macs, 7)
+	// Windows of 1 µs from 0: the largest latency by send time.
+	c.Windows = &Windows{Width: 1000, Max: make([]uint64, 3)}
 	c.Record(frame(t, macs[0], 1000, 7, 60), 3000)  // 2 µs
 	c.Record(frame(t, macs[1], 1000, 7, 60), 6000)  // 5 µs
 	c.Record(frame(t, macs[1], 1000, 7, 200), 1500) // 0.5 µs
@@ -120,6 +139,10 @@ func TestCounterRecord(t *testing.T) {
 	}
 	if !slices.Equal(c.PerBackend, []uint64{2, 2}) {
 		t.Fatalf("per backend %v", c.PerBackend)
+	}
+	// Sent at 1000 (window 1): 2, 5, 0.5 and 1 µs; at 5000: out of range.
+	if !slices.Equal(c.Windows.Max, []uint64{0, 5000, 0}) {
+		t.Errorf("windows %v, want [0 5000 0]", c.Windows.Max)
 	}
 	// Latencies: 0, 500, 1000, 2000, 5000.
 	if c.Latency.N != 5 || c.Latency.Max != 5000 || c.Latency.Sum != 8500 {
