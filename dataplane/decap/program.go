@@ -9,13 +9,13 @@ import (
 
 // Indexes of the Counters map, one per outcome.
 const (
-	statIPIP4          = iota // IPIP decapsulated, outer IPv4
-	statIPIP6                 // IPIP decapsulated, outer IPv6
-	statGUE4                  // GUE decapsulated, outer IPv4
-	statGUE6                  // GUE decapsulated, outer IPv6
-	statPassedNotTunnel       // not IPIP, not UDP to the GUE port, not IP: the host's
-	statPassedNotLocal        // a tunnel packet to an address not in Local
-	statPassedInvalid         // truncated, malformed, fragmented or unsupported
+	statIPIP4           = iota // IPIP decapsulated, outer IPv4
+	statIPIP6                  // IPIP decapsulated, outer IPv6
+	statGUE4                   // GUE decapsulated, outer IPv4
+	statGUE6                   // GUE decapsulated, outer IPv6
+	statPassedNotTunnel        // not IPIP, not UDP to the GUE port, not IP: the host's
+	statPassedNotLocal         // a tunnel packet to an address not in Local
+	statPassedInvalid          // truncated, malformed, fragmented or unsupported
 	numStats
 )
 
