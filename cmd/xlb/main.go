@@ -72,6 +72,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDrain(args[0], args[1:], stdout)
 	case "status":
 		err = cmdStatus(args[1:], stdout)
+	case "decap":
+		err = cmdDecap(args[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

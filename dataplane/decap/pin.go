@@ -10,7 +10,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 )
 
 // DefaultPinRoot is where `xlb decap` pins by default: the usual bpffs
@@ -204,16 +203,4 @@ func ReadPinned(dir string) (Pinned, error) {
 	defer counters.Close()
 	p.Stats, err = readStats(counters)
 	return p, err
-}
-
-// requireBPFFS fails unless dir is on a bpffs, where pins can live.
-func requireBPFFS(dir string) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return fmt.Errorf("decap: pin directory %s: %w", dir, err)
-	}
-	if st.Type != unix.BPF_FS_MAGIC {
-		return fmt.Errorf("decap: %s is not a bpf filesystem (mount -t bpf bpf %s)", dir, dir)
-	}
-	return nil
 }
