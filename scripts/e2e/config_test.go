@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"strings"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"xlb/scripts/testbed"
