@@ -25,6 +25,8 @@ var (
 		"Frames dropped, by reason.", []string{"queue", "reason"}, nil)
 	descQueueEvictions = prometheus.NewDesc("xlb_queue_conntrack_evictions_total",
 		"Live tracking entries displaced by this queue's new flows because their bucket was full.", queueLabels, nil)
+	descQueueTooBigSent = prometheus.NewDesc("xlb_queue_icmp_too_big_sent_total",
+		"Too-big drops answered with ICMP fragmentation needed / packet too big to the sender.", queueLabels, nil)
 
 	descCTEntries = prometheus.NewDesc("xlb_conntrack_entries",
 		"Entries stored in the tracking table (live, or expired and not yet reclaimed).", nil, nil)
@@ -92,7 +94,7 @@ var (
 		[]string{"service", "backend", "ip", "state"}, nil)
 
 	allDescs = []*prometheus.Desc{
-		descQueueRX, descQueueTX, descQueuePass, descQueueDrops, descQueueEvictions,
+		descQueueRX, descQueueTX, descQueuePass, descQueueDrops, descQueueEvictions, descQueueTooBigSent,
 		descCTEntries, descCTCapacity, descCTInserts, descCTUpdates, descCTEvictions, descCTReclaimed, descCTDeletes,
 		descGeneration, descReloadOK, descReloadFail,
 		descSvcPackets, descSvcBytes, descSvcNew, descSvcDrops, descSvcSide, descSvcEligible, descSvcBackends, descSvcSwitches,
@@ -150,6 +152,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descQueueTX, q.TX, l)
 		counter(descQueuePass, q.Pass, l)
 		counter(descQueueEvictions, q.Evictions, l)
+		counter(descQueueTooBigSent, q.TooBigSent, l)
 		drops(descQueueDrops, &q.Drops, l)
 	}
 	if ct := r.Conntrack; ct != nil {
