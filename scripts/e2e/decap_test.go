@@ -1,9 +1,14 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -129,4 +134,110 @@ func checkDecapsulated(t *testing.T, b *testbed.Bed) {
 				tc.name, exchanges, exchanges, be.Name, counter(after)-counter(before))
 		})
 	}
+	t.Run("PMTU", func(t *testing.T) { checkPMTU(t, b) })
+}
+
+// checkPMTU: real path-MTU discovery through the encapsulation (X1). The
+// client's kernel starts with no learned MTU for the VIP and uploads 1 MiB
+// over one TCP connection; its full-size segments (1500 bytes) do not fit
+// the 1500-byte MTU with the outer headers, so xlb answers them with ICMP
+// fragmentation needed / packet too big carrying the room left; the
+// client's kernel lowers its path MTU to exactly that (`ip route get`
+// shows it), resends smaller segments, and the backend receives every
+// byte through its decap program.
+func checkPMTU(t *testing.T, b *testbed.Bed) {
+	const upload = 1 << 20
+	c := b.Clients[0]
+	for _, tc := range []struct {
+		name string
+		dst  netip.AddrPort
+		be   string
+		room int // 1500 - outer headers
+	}{
+		{"IPIP/4-in-4", netip.AddrPortFrom(testbed.VIP4, 8080), "b1", 1500 - 20},
+		{"GUE/6-in-6", netip.AddrPortFrom(testbed.VIP6, 8081), "b2", 1500 - 40 - 8 - 4},
+		{"GUE/4-in-6", netip.AddrPortFrom(testbed.VIP4, 8083), "b3", 1500 - 40 - 8 - 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			family := "-4"
+			if tc.dst.Addr().Is6() {
+				family = "-6"
+			}
+			if _, err := testbed.Exec(c.NS, "ip", family, "route", "flush", "cache"); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := testbed.Exec(c.NS, "ip", family, "route", "get", tc.dst.Addr().String()); err != nil || strings.Contains(out, " mtu ") {
+				t.Fatalf("before the upload the client already has a path MTU for %s: %q, %v", tc.dst.Addr(), out, err)
+			}
+			sent := func() float64 {
+				var n float64
+				for k, v := range metrics(t, b) {
+					if strings.HasPrefix(k, "xlb_queue_icmp_too_big_sent_total{") {
+						n += v
+					}
+				}
+				return n
+			}
+			before := sent()
+			backend, received, err := httpUpload(c.NS, tc.dst, upload, 20*time.Second)
+			if err != nil {
+				t.Fatalf("uploading %d bytes to %s: %v", upload, tc.dst, err)
+			}
+			if backend != tc.be || received != upload {
+				t.Fatalf("upload to %s: %s received %d bytes, want %s %d", tc.dst, backend, received, tc.be, upload)
+			}
+			if d := sent() - before; d < 1 {
+				t.Errorf("xlb_queue_icmp_too_big_sent_total grew by %v: no ICMP error was sent", d)
+			}
+			out, err := testbed.Exec(c.NS, "ip", family, "route", "get", tc.dst.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out, fmt.Sprintf(" mtu %d", tc.room)) {
+				t.Errorf("the client's route to %s after the upload: %q, want mtu %d learned", tc.dst.Addr(), oneLine(out), tc.room)
+			}
+			t.Logf("%s: %d bytes uploaded to %s; the client learned %q", tc.name, upload, backend, oneLine(out))
+		})
+	}
+}
+
+// httpUpload POSTs n bytes from ns to dst on one connection and returns
+// the answering backend and the bytes it says it received.
+func httpUpload(ns string, dst netip.AddrPort, n int, timeout time.Duration) (string, int, error) {
+	conn, err := testbed.Dial(ns, "tcp", dst, timeout)
+	if err != nil {
+		return "", 0, err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return "", 0, err
+	}
+	req, err := http.NewRequest(http.MethodPost, "http://"+dst.String()+"/upload", bytes.NewReader(bytes.Repeat([]byte("u"), n)))
+	if err != nil {
+		return "", 0, err
+	}
+	if err := req.Write(conn); err != nil {
+		return "", 0, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		return "", 0, err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return "", 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", 0, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	got, err := strconv.Atoi(resp.Header.Get("X-Received"))
+	if err != nil {
+		return "", 0, fmt.Errorf("X-Received %q: %v", resp.Header.Get("X-Received"), err)
+	}
+	return resp.Header.Get("X-Backend"), got, nil
+}
+
+// oneLine joins a command's output lines for a message.
+func oneLine(out string) string {
+	return strings.Join(strings.Fields(out), " ")
 }
