@@ -141,15 +141,6 @@ func stats(tb testing.TB, o *Objects) [numStats]uint64 {
 	return a
 }
 
-// l3 is the offset of the outer IP header of an encapsulated frame
-// (Encapsulate keeps the inner frame's tags).
-func l3(frame []byte) int {
-	if binary.BigEndian.Uint16(frame[12:]) == packet.EtherTypeVLAN {
-		return 18
-	}
-	return 14
-}
-
 // edit returns a copy of frame changed by fn.
 func edit(frame []byte, fn func(f []byte) []byte) []byte {
 	return fn(bytes.Clone(frame))
