@@ -61,11 +61,17 @@ func Pin(dir string, o *Objects, ifindex int, mode Mode) (Mode, error) {
 	if err := requireBPFFS(filepath.Dir(dir)); err != nil {
 		return "", err
 	}
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+	created := true
+	if err := os.Mkdir(dir, 0o700); errors.Is(err, fs.ErrExist) {
+		created = false
+	} else if err != nil {
 		return "", fmt.Errorf("decap: %w", err)
 	}
 	used, err := pinLinkTo(dir, o.Program, ifindex, mode)
 	if err != nil {
+		if created {
+			_ = os.Remove(dir) // nothing attached: leave nothing behind
+		}
 		return "", err
 	}
 	for _, p := range []struct {

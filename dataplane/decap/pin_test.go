@@ -261,3 +261,18 @@ func setUDPPayload(f []byte, payload string) error {
 	udp[6], udp[7] = byte(c>>8), byte(c)
 	return nil
 }
+
+// TestPinFailureLeavesNothing: an attach that fails (no such interface)
+// leaves no pin directory behind.
+func TestPinFailureLeavesNothing(t *testing.T) {
+	nettest.RequireRoot(t)
+	root := bpffs(t)
+	o := load(t, testPort)
+	dir := PinDir(root, "nosuch")
+	if _, err := Pin(dir, o, 1<<30, ModeGeneric); err == nil {
+		t.Fatal("Pin to a missing interface succeeded")
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s left after a failed Pin: %v", dir, err)
+	}
+}
