@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path"
 	"strconv"
 	"strings"
 )
@@ -16,6 +17,11 @@ const (
 	defaultRingSize          = 2048
 	defaultConntrackCapacity = 4194304
 	defaultAdminListen       = "127.0.0.1:9110"
+	defaultAdminSocket       = "/run/xlb/admin.sock"
+	// maxSocketPath leaves room in sun_path (108 bytes with its NUL) for
+	// the private directory the socket is made in before it is renamed
+	// into place (admin.ListenSocket).
+	maxSocketPath = 80
 
 	defaultCheckPort         = 80
 	defaultRequestPath       = "/"
@@ -145,11 +151,21 @@ func validInterfaceName(s string) bool {
 
 func (c *converter) admin(r *rawAdmin) Admin {
 	const p = "admin.listen"
-	a := Admin{Listen: c.str(p, r.Listen, defaultAdminListen)}
+	a := Admin{Listen: c.str(p, r.Listen, defaultAdminListen),
+		Socket: c.str("admin.socket", r.Socket, defaultAdminSocket),
+		Pprof:  c.boolean("admin.pprof", r.Pprof, false)}
 	if _, port, err := net.SplitHostPort(a.Listen); err != nil {
 		c.add(p, "%q is not host:port", a.Listen)
 	} else if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
 		c.add(p, "%q: port %q is not a number in [1, 65535]", a.Listen, port)
+	}
+	switch s := a.Socket; {
+	case !strings.HasPrefix(s, "/"):
+		c.add("admin.socket", "%q is not an absolute path", s)
+	case len(s) > maxSocketPath:
+		c.add("admin.socket", "%q is %d bytes, at most %d (a Unix socket's path is short)", s, len(s), maxSocketPath)
+	case !printable(s) || path.Clean(s) != s || s == "/":
+		c.add("admin.socket", "%q is not a clean file path (no blanks, no //, . or .., not a directory)", s)
 	}
 	return a
 }

@@ -24,7 +24,7 @@ func exampleConfig() *Config {
 			XDPMode: XDPAuto, ZeroCopy: ZeroCopyAuto,
 			FrameSize: 4096, RingSize: 2048, ConntrackCapacity: 4194304,
 		},
-		Admin: Admin{Listen: "127.0.0.1:9110"},
+		Admin: Admin{Listen: "127.0.0.1:9110", Socket: "/run/xlb/admin.sock"},
 		HealthChecks: []HealthCheck{{
 			Name: "web-hc", Type: CheckHTTP, Port: 8080, RequestPath: "/healthz",
 			CheckInterval: 5 * time.Second, Timeout: 5 * time.Second,
@@ -112,7 +112,7 @@ func TestDefaults(t *testing.T) {
 			AllQueues: true, XDPMode: XDPAuto, ZeroCopy: ZeroCopyAuto,
 			FrameSize: 4096, RingSize: 2048, ConntrackCapacity: 4194304,
 		},
-		Admin: Admin{Listen: "127.0.0.1:9110"},
+		Admin: Admin{Listen: "127.0.0.1:9110", Socket: "/run/xlb/admin.sock"},
 		HealthChecks: []HealthCheck{{
 			Name: "hc", Type: CheckHTTP, Port: 80, RequestPath: "/",
 			CheckInterval: 5 * time.Second, Timeout: 5 * time.Second,

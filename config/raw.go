@@ -39,6 +39,8 @@ type rawDataplane struct {
 
 type rawAdmin struct {
 	Listen val `toml:"listen"`
+	Socket val `toml:"socket"`
+	Pprof  val `toml:"pprof"`
 }
 
 type rawHealthCheck struct {

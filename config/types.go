@@ -38,7 +38,12 @@ type Dataplane struct {
 
 // Admin is the [admin] section.
 type Admin struct {
+	// Listen is the TCP listener's host:port: read-only endpoints.
 	Listen string
+	// Socket is the Unix socket's path: every state-changing command.
+	Socket string
+	// Pprof serves /debug/pprof on the TCP listener.
+	Pprof bool
 }
 
 // HealthCheck is one [[health_check]].

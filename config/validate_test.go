@@ -52,12 +52,33 @@ func TestDataplaneValidation(t *testing.T) {
 
 func TestAdminValidation(t *testing.T) {
 	admin := func(v string) string { return file("[admin]", "listen = "+v+" # <-") + valid }
+	sock := func(v string) string { return file("[admin]", "socket = "+v+" # <-") + valid }
 	runErrCases(t, []errCase{
 		{"NoPort", admin(`"localhost"`), "admin.listen", `"localhost" is not host:port`, false},
 		{"NamedPort", admin(`"127.0.0.1:http"`), "admin.listen", `port "http" is not a number in [1, 65535]`, false},
 		{"PortZero", admin(`":0"`), "admin.listen", `port "0" is not a number`, false},
 		{"Type", admin(`9110`), "admin.listen", "expected a string, got integer 9110", false},
+		{"SocketRelative", sock(`"run/xlb.sock"`), "admin.socket", `"run/xlb.sock" is not an absolute path`, false},
+		{"SocketDir", sock(`"/run/xlb/"`), "admin.socket", "is not a clean file path", false},
+		{"SocketDots", sock(`"/run/../tmp/x.sock"`), "admin.socket", "is not a clean file path", false},
+		{"SocketBlank", sock(`"/run/x lb.sock"`), "admin.socket", "is not a clean file path", false},
+		{"SocketLong", sock(`"/` + strings.Repeat("a", 80) + `"`), "admin.socket", "is 81 bytes, at most 80", false},
+		{"SocketType", sock(`1`), "admin.socket", "expected a string, got integer 1", false},
+		{"PprofType", file("[admin]", `pprof = "yes" # <-`) + valid, "admin.pprof", `expected a boolean, got string "yes"`, false},
 	})
+}
+
+// TestAdminSocketAndPprof: the socket and pprof keys are read; their
+// defaults are /run/xlb/admin.sock and false.
+func TestAdminSocketAndPprof(t *testing.T) {
+	cfg := mustParse(t, file("[admin]", `socket = "/run/xlb-test/a.sock"`, "pprof = true")+valid)
+	if cfg.Admin.Socket != "/run/xlb-test/a.sock" || !cfg.Admin.Pprof {
+		t.Errorf("admin %+v, want the socket and pprof as set", cfg.Admin)
+	}
+	cfg = mustParse(t, valid)
+	if cfg.Admin.Socket != "/run/xlb/admin.sock" || cfg.Admin.Pprof {
+		t.Errorf("admin %+v, want the defaults", cfg.Admin)
+	}
 }
 
 func TestHealthCheckValidation(t *testing.T) {

@@ -25,7 +25,7 @@ func TestDeps_HotPathStaysSmall(t *testing.T) {
 	if !slices.Contains(deptest.Deps(t, "xlb/dataplane/craft"), "github.com/google/gopacket") {
 		t.Fatal("go list -deps xlb/dataplane/craft does not show gopacket")
 	}
-	for _, pkg := range []string{"xlb/dataplane", "xlb/dataplane/packet"} {
+	for _, pkg := range []string{"xlb/dataplane", "xlb/dataplane/packet", "xlb/dataplane/capture", "xlb/dataplane/worker"} {
 		for _, dep := range deptest.Deps(t, pkg) {
 			for _, f := range forbidden {
 				if dep == f || strings.HasPrefix(dep, strings.TrimSuffix(f, "/")+"/") {

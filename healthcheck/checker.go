@@ -16,16 +16,25 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultMaxConcurrent = 64
-	DefaultBatchDelay    = 100 * time.Millisecond
+	DefaultMaxConcurrent        = 64
+	DefaultMaxConcurrentFailing = 64
+	DefaultBatchDelay           = 100 * time.Millisecond
 )
 
 // Options configure a Checker.
 type Options struct {
-	// MaxConcurrent is the number of workers that probe, and so the most
-	// probes in flight; 0 means
+	// MaxConcurrent is the number of workers that probe targets whose
+	// last probe passed, and so the most such probes in flight; 0 means
 	// DefaultMaxConcurrent.
 	MaxConcurrent int
+	// MaxConcurrentFailing is the number of workers that probe targets
+	// not known to answer: never probed, or whose last probe failed; 0
+	// means DefaultMaxConcurrentFailing. Such a probe often lasts its
+	// whole timeout (a backend that does not answer), so these probes
+	// have workers of their own: hundreds of dead endpoints delay each
+	// other (and the first probe of a new target), never the probes of
+	// the backends that answer.
+	MaxConcurrentFailing int
 	// BatchDelay is how long a result may wait for others to join its
 	// batch; 0 means DefaultBatchDelay.
 	BatchDelay time.Duration
@@ -56,12 +65,14 @@ type Checker struct {
 	started bool
 
 	// The schedule: every running target's next probe, earliest first,
-	// read by one goroutine that hands due probes to MaxConcurrent
-	// workers. A target costs a heap entry and no goroutine, so that tens
-	// of thousands keep their interval.
-	sched schedule
-	work  chan due
-	quit  chan struct{} // closed when Run has stopped every target
+	// read by one goroutine that hands due probes to the workers of one of
+	// two lanes: passing (MaxConcurrent workers) for targets whose last
+	// probe passed, failing (MaxConcurrentFailing) for those whose last
+	// probe failed. A target costs a heap entry and no goroutine, so that
+	// tens of thousands keep their interval.
+	sched            schedule
+	passing, failing *lane
+	quit             chan struct{} // closed when Run has stopped every target
 }
 
 // New returns a Checker with no targets; Set gives it some, Run runs it.
@@ -71,6 +82,9 @@ func New(log *zap.Logger, opts Options) *Checker {
 	}
 	if opts.MaxConcurrent <= 0 {
 		opts.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if opts.MaxConcurrentFailing <= 0 {
+		opts.MaxConcurrentFailing = DefaultMaxConcurrentFailing
 	}
 	if opts.BatchDelay <= 0 {
 		opts.BatchDelay = DefaultBatchDelay
@@ -82,7 +96,8 @@ func New(log *zap.Logger, opts Options) *Checker {
 		results: make(chan Result, 256),
 		targets: map[string]*target{},
 		sched:   schedule{wake: make(chan struct{}, 1)},
-		work:    make(chan due),
+		passing: newLane(),
+		failing: newLane(),
 		quit:    make(chan struct{}),
 	}
 }
@@ -132,10 +147,12 @@ func (c *Checker) Set(targets []Target) error {
 			continue
 		}
 		nt := &target{t: t, prober: probers[key]}
+		nt.unproven.Store(true)
 		if ok {
 			c.stop(old)
 			if old.t.Addr == t.Addr {
 				nt.h, nt.last = old.state()
+				nt.unproven.Store(old.unproven.Load())
 			}
 		}
 		c.targets[key] = nt
@@ -186,7 +203,10 @@ func (c *Checker) Run(ctx context.Context) error {
 	wg.Go(func() { c.notifyLoop(ctx) })
 	wg.Go(c.dispatch)
 	for range c.opts.MaxConcurrent {
-		wg.Go(c.worker)
+		wg.Go(func() { c.worker(c.passing) })
+	}
+	for range c.opts.MaxConcurrentFailing {
+		wg.Go(func() { c.worker(c.failing) })
 	}
 	<-ctx.Done()
 
@@ -196,6 +216,8 @@ func (c *Checker) Run(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	close(c.quit)
+	c.passing.close()
+	c.failing.close()
 	wg.Wait()
 	c.client.CloseIdleConnections()
 	return nil

@@ -225,8 +225,9 @@ func itoa(i int) string {
 	return itoa(i/10) + digits[i%10:i%10+1]
 }
 
-// TestChecker_ConcurrencyBound: no more probes are in flight than
-// MaxConcurrent, and the bound is what limits them (without it, more are).
+// TestChecker_ConcurrencyBound: no more probes of passing targets are in
+// flight than MaxConcurrent, and the bound is what limits them (without it,
+// more are).
 func TestChecker_ConcurrencyBound(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -255,8 +256,15 @@ func TestChecker_ConcurrencyBound(t *testing.T) {
 				targets = append(targets, httpTarget(k, ap))
 			}
 			r := start(t, Options{MaxConcurrent: tc.bound}, targets...)
+			// First probes run in the failing lane (no target is known
+			// to answer yet); from then on all are in the passing lane,
+			// whose bound is MaxConcurrent.
 			for _, k := range keys {
-				r.results(t, k, 3)
+				r.results(t, k, 1)
+			}
+			peak.Store(0)
+			for _, k := range keys {
+				r.results(t, k, r.count(k)+3)
 			}
 			if p := int(peak.Load()); !tc.check(p) {
 				t.Errorf("MaxConcurrent %d: at most %d probes in flight, want %s", tc.bound, p, tc.want)
@@ -423,6 +431,115 @@ func TestChecker_StopsOnCancel(t *testing.T) {
 	for _, fn := range []string{"healthcheck.(*Checker)", "healthcheck.(*httpProber)", "healthcheck.(*tcpProber)"} {
 		if strings.Contains(stacks, fn) {
 			t.Errorf("a goroutine in %s is still running after Run returned:\n%s", fn, stacks)
+		}
+	}
+}
+
+// TestChecker_DeadEndpointsDoNotStarveLive: 200 targets whose probes, once
+// they failed, never end (endpoints that stopped answering, with a timeout
+// longer than the test) hold every worker of the failing lane; the live
+// targets go on being probed in the passing lane. With one pool of workers
+// the live probes would wait forever behind them.
+func TestChecker_DeadEndpointsDoNotStarveLive(t *testing.T) {
+	t.Parallel()
+	const dead = 200
+	// Dead targets fail at once until gate closes (every target probed
+	// once: the dead known to fail, the live known to answer), then hang.
+	var (
+		hung atomic.Int32
+		gate = make(chan struct{})
+	)
+	probe := func(ctx context.Context, tg Target) bool {
+		if !strings.HasPrefix(tg.Key, "dead") {
+			return true
+		}
+		select {
+		case <-gate:
+		default:
+			return false // refused: known to fail
+		}
+		hung.Add(1)
+		<-ctx.Done() // never answers
+		return false
+	}
+	ap := netip.MustParseAddrPort("127.0.0.1:9") // never dialled: Probe stands in
+	never := func(c *config.HealthCheck) { c.CheckInterval, c.Timeout = 10*time.Millisecond, time.Hour }
+	var targets []Target
+	for i := range dead {
+		targets = append(targets, httpTarget("dead"+itoa(i), ap, never))
+	}
+	live := []string{"live0", "live1", "live2"}
+	for _, k := range live {
+		targets = append(targets, httpTarget(k, ap, never))
+	}
+	r := start(t, Options{Probe: probe, MaxConcurrent: 8, MaxConcurrentFailing: 16}, targets...)
+	for i := range dead {
+		r.results(t, "dead"+itoa(i), 1)
+	}
+	for _, k := range live {
+		r.results(t, k, 1)
+	}
+	close(gate)
+	// From here on the failing lane's 16 workers get stuck for good; each
+	// live target must still get 20 more probes.
+	for _, k := range live {
+		n := r.count(k)
+		r.results(t, k, n+20)
+	}
+	// The dead probes due meanwhile (each every 10 ms) hold the whole
+	// failing lane, and no more than it.
+	if h := hung.Load(); h != 16 {
+		t.Errorf("%d dead probes hanging, want the failing lane's 16 workers", h)
+	}
+}
+
+// TestChecker_DeadEndpointsKeepLiveSchedule: 200 HTTP endpoints that accept
+// and never answer, each probe ending by its timeout, and a few that answer
+// at once, on a real loopback network. The dead ones need far more probes
+// in flight than the failing lane has, so their own probes run late; the
+// live ones, in the passing lane, keep their short interval: while every
+// dead target is probed twice, each live one is probed many times (with one
+// pool of workers, a live probe would queue behind ~200 timeouts and get a
+// handful).
+func TestChecker_DeadEndpointsKeepLiveSchedule(t *testing.T) {
+	t.Parallel()
+	_, deadAP := serve(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	}))
+	_, liveAP := serve(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	const dead = 200
+	slow := func(c *config.HealthCheck) { c.CheckInterval, c.Timeout = 200*time.Millisecond, 200*time.Millisecond }
+	quick := func(c *config.HealthCheck) { c.CheckInterval = 20 * time.Millisecond }
+	var targets []Target
+	for i := range dead {
+		targets = append(targets, httpTarget("dead"+itoa(i), deadAP, slow))
+	}
+	live := []string{"live0", "live1", "live2"}
+	for _, k := range live {
+		targets = append(targets, httpTarget(k, liveAP, quick))
+	}
+	r := start(t, Options{MaxConcurrent: 16, MaxConcurrentFailing: 16}, targets...)
+	// Every target's first probe runs in the failing lane (none is known
+	// to answer yet); a round of the dead ones there takes ~2.5 s (200
+	// probes of 200 ms over 16 workers). Once each dead target failed
+	// once and each live one answered, count the live probes during the
+	// dead targets' second round.
+	for i := range dead {
+		r.results(t, "dead"+itoa(i), 1)
+	}
+	base := map[string]int{}
+	for _, k := range live {
+		r.results(t, k, 1)
+		base[k] = r.count(k)
+	}
+	for i := range dead {
+		if x := r.results(t, "dead"+itoa(i), 2)[1]; x.Pass {
+			t.Fatalf("dead%d passed: %+v", i, x)
+		}
+	}
+	for _, k := range live {
+		if n := r.count(k) - base[k]; n < 20 {
+			t.Errorf("%s: %d probes while 200 dead endpoints were each probed once more, want >= 20 (live probes waited behind dead ones)", k, n)
 		}
 	}
 }

@@ -2,9 +2,14 @@
 // which are healthy and what weight each reports (SPEC W1, W1a, W1b).
 //
 // A Checker keeps one schedule of every Target's next probe (a heap, read by
-// one goroutine) and MaxConcurrent workers that probe, so a target costs a
+// one goroutine) and two lanes of workers that probe, so a target costs a
 // heap entry rather than a goroutine and tens of thousands keep their
-// interval. Each target waits a deterministic share of its interval (a hash
+// interval. A target not known to answer (never probed, or its last probe
+// failed) is probed in the failing lane (MaxConcurrentFailing workers), one
+// whose last probe passed in the passing lane (MaxConcurrent): a dead
+// endpoint's probe lasts its whole timeout, and hundreds of them would
+// otherwise hold every worker while the backends that answer wait their
+// turn. Each target waits a deterministic share of its interval (a hash
 // of the target's key) before its first probe, so a thousand backends
 // configured at once are not probed at once, then is probed once per
 // interval, on the points of its schedule; a probe that starts late (every

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -28,6 +29,11 @@ type target struct {
 	mu   sync.Mutex // h and last: the probes write, Status reads
 	h    health
 	last Result
+
+	// unproven: the target is not known to answer (never probed, or its
+	// last probe failed), so its next probe goes to the failing lane.
+	// Written by the probe, read by the dispatcher.
+	unproven atomic.Bool
 }
 
 func (t *target) state() (health, Result) {
@@ -112,9 +118,64 @@ func (c *Checker) stop(t *target) {
 	t.inflight.Wait()
 }
 
-// dispatch hands each probe to a worker when it is due, until Run ends.
-// Workers that are all busy hold the probes back (MaxConcurrent bounds the
-// probes in flight); a late probe then starts as soon as one is free.
+// lane is a queue of due probes and the workers that take them, first
+// come first served. It never blocks the dispatcher: a lane whose workers
+// are all busy holds its probes back (its worker count bounds its probes in
+// flight) and a late probe starts as soon as one of its workers is free,
+// while the other lane goes on. It holds at most one probe per target (the
+// next is scheduled only once the last ended), so it is bounded by the
+// number of targets.
+type lane struct {
+	mu     sync.Mutex
+	cond   sync.Cond
+	q      []due
+	closed bool
+}
+
+func newLane() *lane {
+	l := &lane{}
+	l.cond.L = &l.mu
+	return l
+}
+
+func (l *lane) put(d due) {
+	l.mu.Lock()
+	l.q = append(l.q, d)
+	l.mu.Unlock()
+	l.cond.Signal()
+}
+
+// take waits for the next probe; false once the lane is closed.
+func (l *lane) take() (due, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for len(l.q) == 0 && !l.closed {
+		l.cond.Wait()
+	}
+	if l.closed {
+		return due{}, false
+	}
+	d := l.q[0]
+	l.q[0] = due{}
+	l.q = l.q[1:]
+	return d, true
+}
+
+// close wakes every worker to return. Probes still queued (none once
+// every target was stopped: the workers drain them) are released.
+func (l *lane) close() {
+	l.mu.Lock()
+	l.closed = true
+	left := l.q
+	l.q = nil
+	l.mu.Unlock()
+	for _, d := range left {
+		d.t.inflight.Done()
+	}
+	l.cond.Broadcast()
+}
+
+// dispatch hands each probe to its lane when it is due, until Run ends.
 func (c *Checker) dispatch() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -138,11 +199,10 @@ func (c *Checker) dispatch() {
 		}
 		s.mu.Unlock()
 		if ready {
-			select {
-			case c.work <- d:
-			case <-c.quit:
-				d.t.inflight.Done()
-				return
+			if d.t.unproven.Load() {
+				c.failing.put(d)
+			} else {
+				c.passing.put(d)
 			}
 			continue
 		}
@@ -162,16 +222,15 @@ func (c *Checker) dispatch() {
 	}
 }
 
-// worker probes what dispatch hands it, reports the result, and schedules
+// worker probes what its lane hands it, reports the result, and schedules
 // the target's next probe, until Run ends.
-func (c *Checker) worker() {
+func (c *Checker) worker(l *lane) {
 	for {
-		select {
-		case d := <-c.work:
-			c.probeDue(d)
-		case <-c.quit:
+		d, ok := l.take()
+		if !ok {
 			return
 		}
+		c.probeDue(d)
 	}
 }
 
@@ -221,6 +280,7 @@ func (c *Checker) probeOnce(ctx context.Context, t *target) (Result, bool) {
 		return Result{}, false
 	}
 
+	t.unproven.Store(!o.pass)
 	t.mu.Lock()
 	prev := t.h
 	changed := t.h.record(o.pass, t.t.Check.HealthyThreshold, t.t.Check.UnhealthyThreshold)

@@ -120,7 +120,8 @@ config() {
 	conntrack_capacity = 65536
 
 	[admin]
-	listen = "0.0.0.0:$ADMIN_PORT"   # loopback for drain --node, the router for status --fleet
+	listen = "0.0.0.0:$ADMIN_PORT"   # read-only: the router for status --fleet
+	socket = "$TMP/l$j.sock"         # drain --node (the instances share the file system)
 
 	[[health_check]]
 	name = "hc"
@@ -245,7 +246,7 @@ report
 echo
 echo "== xlb drain --node on l2: it withdraws its routes and keeps forwarding"
 t0=$(date +%s.%N)
-ip netns exec "$PREFIX-l2" bin/xlb drain --node --admin "127.0.0.1:$ADMIN_PORT" | sed 's/^/   /'
+ip netns exec "$PREFIX-l2" bin/xlb drain --node --socket "$TMP/l2.sock" | sed 's/^/   /'
 wait_vias "l3"
 echo "   the router routes the VIPs via l3 alone $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }') s later"
 sleep 4

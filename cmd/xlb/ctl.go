@@ -45,11 +45,44 @@ func adminFlags(name string, args []string, more ...func(*flag.FlagSet)) (addr s
 	return dial, fs.Args(), nil
 }
 
-// cmdDrain is `xlb drain|undrain [--admin ADDR] [-c FILE] NAME`, or with
-// --node the whole instance's routes (its VIPs withdrawn, forwarding on).
+// socketFlags parses --socket PATH and -c FILE and returns the admin
+// socket to send a state-changing command through: --socket, else the
+// file's [admin].socket, else the default. The TCP listener refuses such
+// commands, so --admin is an error that says where they go.
+func socketFlags(name string, args []string, more ...func(*flag.FlagSet)) (sock string, rest []string, err error) {
+	fs := newFlags(name)
+	for _, m := range more {
+		m(fs)
+	}
+	flagSock := fs.String("socket", "", "admin socket path")
+	path := fs.String("c", "", "configuration file (its [admin].socket)")
+	flagAddr := fs.String("admin", "", "refused: see --socket")
+	if err := parseFlags(fs, args); err != nil {
+		return "", nil, err
+	}
+	if *flagAddr != "" {
+		return "", nil, fmt.Errorf("xlb %s: --admin: state-changing commands go through the admin socket (--socket PATH or -c FILE), not the TCP listener (%w)", name, errUsage)
+	}
+	sock = admin.DefaultSocket
+	switch {
+	case *flagSock != "":
+		sock = *flagSock
+	case *path != "":
+		cfg, err := config.Load(*path)
+		if err != nil {
+			return "", nil, err
+		}
+		sock = cfg.Admin.Socket
+	}
+	return sock, fs.Args(), nil
+}
+
+// cmdDrain is `xlb drain|undrain [--socket PATH] [-c FILE] NAME`, or with
+// --node the whole instance's routes (its VIPs withdrawn, forwarding on),
+// through the admin socket (root only).
 func cmdDrain(name string, args []string, stdout io.Writer) error {
 	var node *bool
-	addr, rest, err := adminFlags(name, args, func(fs *flag.FlagSet) {
+	sock, rest, err := socketFlags(name, args, func(fs *flag.FlagSet) {
 		node = fs.Bool("node", false, "withdraw (drain) or announce again (undrain) this instance's VIP routes")
 	})
 	if err != nil {
@@ -59,7 +92,7 @@ func cmdDrain(name string, args []string, stdout io.Writer) error {
 		if len(rest) != 0 {
 			return fmt.Errorf("xlb %s --node: takes no backend NAME (%w)", name, errUsage)
 		}
-		body, err := admin.Call(http.MethodPost, addr, "/"+name+"-node")
+		body, err := admin.CallSocket(http.MethodPost, sock, "/"+name+"-node")
 		if err != nil {
 			return fmt.Errorf("xlb %s --node: %w", name, err)
 		}
@@ -69,7 +102,7 @@ func cmdDrain(name string, args []string, stdout io.Writer) error {
 	if len(rest) != 1 {
 		return fmt.Errorf("xlb %s: want one backend NAME (an endpoint's name or address) (%w)", name, errUsage)
 	}
-	body, err := admin.Call(http.MethodPost, addr, "/"+name+"?backend="+url.QueryEscape(rest[0]))
+	body, err := admin.CallSocket(http.MethodPost, sock, "/"+name+"?backend="+url.QueryEscape(rest[0]))
 	if err != nil {
 		return fmt.Errorf("xlb %s %s: %w", name, rest[0], err)
 	}

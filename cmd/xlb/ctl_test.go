@@ -3,12 +3,15 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,19 +69,21 @@ func opErr(name string, err error) error {
 	return err
 }
 
-// startAdmin serves a rig on a loopback port and returns its address.
-func startAdmin(t *testing.T) (*cptest.Rig, string) {
+// startAdmin serves a rig on a loopback port and a socket, and returns
+// the address and the socket's path.
+func startAdmin(t *testing.T) (*cptest.Rig, string, string) {
 	t.Helper()
-	r, _, addr := startAdminBGP(t, nil)
-	return r, addr
+	r, _, addr, sock := startAdminBGP(t, nil)
+	return r, addr, sock
 }
 
 // startAdminBGP is startAdmin for a fleet member with the given bgp report.
-func startAdminBGP(t *testing.T, b *admin.BGPReport) (*cptest.Rig, *ctlSources, string) {
+func startAdminBGP(t *testing.T, b *admin.BGPReport) (*cptest.Rig, *ctlSources, string, string) {
 	t.Helper()
 	r := cptest.New(t, ctlConfig)
 	src := &ctlSources{rig: r, bgp: b}
-	srv, err := admin.New("127.0.0.1:0", src, zap.NewNop())
+	sock := filepath.Join(t.TempDir(), "admin.sock")
+	srv, err := admin.New(admin.Options{Listen: "127.0.0.1:0", Socket: sock}, src, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +91,7 @@ func startAdminBGP(t *testing.T, b *admin.BGPReport) (*cptest.Rig, *ctlSources, 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Close(t.Context()) })
-	return r, src, srv.Addr().String()
+	return r, src, srv.Addr().String(), sock
 }
 
 // TestDrainNodeCommands: `xlb drain --node` withdraws the instance's
@@ -94,15 +99,15 @@ func startAdminBGP(t *testing.T, b *admin.BGPReport) (*cptest.Rig, *ctlSources, 
 // again; without [bgp] it exits 1 saying why, and a NAME with --node is a
 // usage error.
 func TestDrainNodeCommands(t *testing.T) {
-	_, addr := startAdmin(t)
-	if o := xlb("drain", "--admin", addr, "--node"); o.code != 1 || !strings.Contains(o.stderr, "no [bgp] section") {
+	_, _, sock := startAdmin(t)
+	if o := xlb("drain", "--socket", sock, "--node"); o.code != 1 || !strings.Contains(o.stderr, "no [bgp] section") {
 		t.Errorf("drain --node without bgp: exit %d, stderr %q", o.code, o.stderr)
 	}
 	b := &admin.BGPReport{Status: bgp.Status{ASN: 65010, RouterID: netip.MustParseAddr("10.97.0.2"),
 		Neighbors: []bgp.NeighborStatus{{Address: netip.MustParseAddr("10.97.0.1"), ASN: 65000, State: "established", Up: true, Uptime: 90 * time.Second, PrefixesSent: 2}},
 		VIPs:      []bgp.VIPStatus{{VIP: netip.MustParseAddr("203.0.113.10"), Reason: bgp.ReasonNodeDrained}}}}
-	_, src, addr := startAdminBGP(t, b)
-	o := xlb("drain", "--admin", addr, "--node")
+	_, src, addr, sock := startAdminBGP(t, b)
+	o := xlb("drain", "--socket", sock, "--node")
 	o.wantCode(t, 0)
 	if !src.bgp.NodeDrained || !strings.Contains(o.stdout, "node drained") {
 		t.Errorf("drain --node: drained %v, stdout %q", src.bgp.NodeDrained, o.stdout)
@@ -115,11 +120,11 @@ func TestDrainNodeCommands(t *testing.T) {
 			t.Errorf("status lacks %q:\n%s", want, st.stdout)
 		}
 	}
-	xlb("undrain", "--admin", addr, "--node").wantCode(t, 0)
+	xlb("undrain", "--socket", sock, "--node").wantCode(t, 0)
 	if src.bgp.NodeDrained {
 		t.Error("undrain --node left the node drained")
 	}
-	xlb("drain", "--admin", addr, "--node", "b1").wantCode(t, 2)
+	xlb("drain", "--socket", sock, "--node", "b1").wantCode(t, 2)
 }
 
 // TestStatusFleet (S5): `xlb status --fleet` shows each service's
@@ -127,8 +132,8 @@ func TestDrainNodeCommands(t *testing.T) {
 // and health agree (exit 0); one health difference makes them disagree on
 // that service, which it names (exit 1).
 func TestStatusFleet(t *testing.T) {
-	_, a := startAdmin(t)
-	rb, b := startAdmin(t)
+	_, a, _ := startAdmin(t)
+	rb, b, _ := startAdmin(t)
 	o := xlb("status", "--fleet", a+","+b)
 	o.wantCode(t, 0)
 	if !strings.Contains(o.stdout, "the 2 instances agree on every service") {
@@ -165,7 +170,7 @@ func columns(t *testing.T, table, svc, name string) []string {
 // size, why) and every backend with its state and counters, as /status
 // reports them; -c FILE finds the listener through [admin] listen.
 func TestStatusTable(t *testing.T) {
-	r, addr := startAdmin(t)
+	r, addr, _ := startAdmin(t)
 	// Flows until b1 has one connection of three packets.
 	for sport := uint16(40000); ; sport++ {
 		if r.Send(cptest.TCP("198.51.100.7", "203.0.113.10", sport, 80, "S")).BackendName() != "b1" {
@@ -215,34 +220,47 @@ func TestStatusTable(t *testing.T) {
 }
 
 // TestDrainCommands: drain takes b1 out of the eligible set, undrain
-// returns it; an unknown name or no listener exits 1 saying why; a missing
-// NAME is a usage error.
+// returns it, both through the admin socket (--socket, or the file's
+// [admin] socket); an unknown name or no socket exits 1 saying why; a
+// missing NAME, and --admin (the TCP listener refuses them), are usage
+// errors; the TCP listener itself answers 403.
 func TestDrainCommands(t *testing.T) {
-	r, addr := startAdmin(t)
+	r, addr, sock := startAdmin(t)
 	eligible := func() int { return len(r.CP.Snapshot().Services[0].Eligible) }
 	before := eligible()
 
-	o := xlb("drain", "--admin", addr, "b1")
+	o := xlb("drain", "--socket", sock, "b1")
 	o.wantCode(t, 0)
 	if o.stdout != "drained b1\n" || eligible() != before-1 {
 		t.Errorf("drain: %q, eligible %d -> %d", o.stdout, before, eligible())
 	}
-	o = xlb("undrain", "--admin", addr, "b1")
+	cfg := filepath.Join(t.TempDir(), "x.toml")
+	if err := os.WriteFile(cfg, []byte(ctlConfig+"\n[admin]\nsocket = \""+sock+"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o = xlb("undrain", "-c", cfg, "b1")
 	o.wantCode(t, 0)
 	if o.stdout != "undrained b1\n" || eligible() != before {
-		t.Errorf("undrain: %q, eligible %d, want %d", o.stdout, eligible(), before)
+		t.Errorf("undrain -c: %q, eligible %d, want %d", o.stdout, eligible(), before)
 	}
-	o = xlb("drain", "--admin", addr, "nope")
+	o = xlb("drain", "--socket", sock, "nope")
 	o.wantCode(t, 1)
 	if !strings.Contains(o.stderr, `unknown backend "nope"`) {
 		t.Errorf("drain nope: stderr %q", o.stderr)
 	}
-	xlb("drain", "--admin", addr).wantCode(t, 2)
-	xlb("drain", "--admin", "nohostport", "b1").wantCode(t, 2)
-	o = xlb("drain", "--admin", "127.0.0.1:1", "b1")
+	xlb("drain", "--socket", sock).wantCode(t, 2)
+	o = xlb("drain", "--admin", addr, "b1")
+	o.wantCode(t, 2)
+	if !strings.Contains(o.stderr, "admin socket") || eligible() != before {
+		t.Errorf("drain --admin: stderr %q, eligible %d, want a usage error naming the socket and nothing drained", o.stderr, eligible())
+	}
+	if _, err := admin.Call(http.MethodPost, addr, "/drain?backend=b1"); err == nil || !strings.Contains(err.Error(), "read-only") || eligible() != before {
+		t.Errorf("POST /drain on the TCP listener: %v, eligible %d; want refused, nothing drained", err, eligible())
+	}
+	o = xlb("drain", "--socket", filepath.Join(t.TempDir(), "none.sock"), "b1")
 	o.wantCode(t, 1)
 	if !strings.Contains(o.stderr, "is xlb running?") {
-		t.Errorf("no listener: stderr %q", o.stderr)
+		t.Errorf("no socket: stderr %q", o.stderr)
 	}
 }
 
@@ -284,13 +302,15 @@ func TestReloadCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A stand-in for xlb run: its command line has "run", and it records
-	// each SIGHUP.
+	// each SIGHUP (see hupStandIn).
 	got := filepath.Join(dir, "hups")
-	proc := exec.Command("sh", "-c", `trap 'echo hup >> "$0"' HUP; while :; do sleep 0.05; done`, got, "run")
+	proc := exec.Command(os.Args[0], "run")
+	proc.Env = append(os.Environ(), hupStandInEnv+"="+got)
 	if err := proc.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = proc.Process.Kill(); _ = proc.Wait() })
+	waitFile(t, got, "ready\n")
 	pidfile := filepath.Join(dir, "xlb.pid")
 	if err := os.WriteFile(pidfile, []byte(strconv.Itoa(proc.Process.Pid)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -321,20 +341,50 @@ func TestReloadCommand(t *testing.T) {
 	o = xlb("reload", "-c", good, "--pidfile", filepath.Join(dir, "none.pid"))
 	o.wantCode(t, 1)
 
-	time.Sleep(100 * time.Millisecond) // the trap is set
 	o = xlb("reload", "-c", good, "--pidfile", pidfile)
 	o.wantCode(t, 0)
 	if !strings.Contains(o.stdout, "sent SIGHUP") {
 		t.Errorf("stdout %q", o.stdout)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	waitFile(t, got, "ready\nhup\n")
+}
+
+// hupStandInEnv names the file a re-executed test binary records SIGHUPs
+// in, as the stand-in for `xlb run` (TestMain). A Go process, not a shell:
+// a shell started with SIGHUP ignored (the test run under nohup) cannot
+// trap it, where signal.Notify takes it back.
+const hupStandInEnv = "XLB_TEST_HUP_STANDIN"
+
+// hupStandIn writes "ready" to file once it takes SIGHUP, then "hup" for
+// each one, until it is killed.
+func hupStandIn(file string) {
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	record := func(line string) {
+		f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			os.Exit(3)
+		}
+		_, _ = f.WriteString(line + "\n")
+		_ = f.Close()
+	}
+	record("ready")
+	for range hups {
+		record("hup")
+	}
+}
+
+// waitFile waits (up to 10 s) until file holds exactly want.
+func waitFile(t *testing.T, file, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
 	for {
-		b, _ := os.ReadFile(got)
-		if string(b) == "hup\n" {
-			break
+		b, _ := os.ReadFile(file)
+		if string(b) == want {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the process recorded %q, want one SIGHUP", b)
+			t.Fatalf("%s holds %q, want %q", file, b, want)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -31,12 +31,14 @@ commands:
                                    reloads the file on SIGHUP
   reload  -c FILE (--pid PID | --pidfile F)
                                    validate FILE, then SIGHUP the running xlb run
-  drain   [--admin ADDR | -c FILE] NAME
-                                   take a backend out of service (its flows drain)
-  drain   [--admin ADDR | -c FILE] --node
+  drain   [--socket PATH | -c FILE] NAME
+                                   take a backend out of service (its flows drain);
+                                   through the admin socket (root; PATH: [admin] socket
+                                   of FILE, else /run/xlb/admin.sock)
+  drain   [--socket PATH | -c FILE] --node
                                    withdraw this instance's VIP routes ([bgp]); it keeps
                                    forwarding, the fleet takes its flows
-  undrain [--admin ADDR | -c FILE] (NAME | --node)
+  undrain [--socket PATH | -c FILE] (NAME | --node)
                                    return a drained backend, or the node's routes
   status  [--admin ADDR | -c FILE] services, backends and BGP of the running xlb, as tables
                                    (ADDR: [admin] listen of FILE, else 127.0.0.1:9110)

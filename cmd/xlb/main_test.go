@@ -32,6 +32,10 @@ func cli(name string) string { return filepath.Join(cliDir, name) }
 var xlbBin string
 
 func TestMain(m *testing.M) {
+	if f := os.Getenv(hupStandInEnv); f != "" {
+		hupStandIn(f)
+		return
+	}
 	os.Exit(func() int {
 		if _, err := exec.LookPath("go"); err != nil {
 			return m.Run()

@@ -28,6 +28,14 @@ var (
 	descQueueTooBigSent = prometheus.NewDesc("xlb_queue_icmp_too_big_sent_total",
 		"Too-big drops answered with ICMP fragmentation needed / packet too big to the sender.", queueLabels, nil)
 
+	descAFXDPDrops = prometheus.NewDesc("xlb_afxdp_drop_packets_total",
+		"Frames lost on the queue's AF_XDP socket, by reason: the kernel's (rx_ring_full, rx_dropped, rx_invalid_descs, tx_invalid_descs) and ours (tx_ring_full).",
+		[]string{"queue", "reason"}, nil)
+	descAFXDPFillEmpty = prometheus.NewDesc("xlb_afxdp_fill_ring_empty_total",
+		"Times the kernel found the queue's fill ring empty (no buffer for a received frame).", queueLabels, nil)
+	descXDPFrames = prometheus.NewDesc("xlb_xdp_frames_total",
+		"Frames the XDP program saw, by verdict.", []string{"verdict"}, nil)
+
 	descCTEntries = prometheus.NewDesc("xlb_conntrack_entries",
 		"Entries stored in the tracking table (live, or expired and not yet reclaimed).", nil, nil)
 	descCTCapacity = prometheus.NewDesc("xlb_conntrack_capacity",
@@ -95,6 +103,7 @@ var (
 
 	allDescs = []*prometheus.Desc{
 		descQueueRX, descQueueTX, descQueuePass, descQueueDrops, descQueueEvictions, descQueueTooBigSent,
+		descAFXDPDrops, descAFXDPFillEmpty, descXDPFrames,
 		descCTEntries, descCTCapacity, descCTInserts, descCTUpdates, descCTEvictions, descCTReclaimed, descCTDeletes,
 		descGeneration, descReloadOK, descReloadFail,
 		descSvcPackets, descSvcBytes, descSvcNew, descSvcDrops, descSvcSide, descSvcEligible, descSvcBackends, descSvcSwitches,
@@ -154,6 +163,30 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descQueueEvictions, q.Evictions, l)
 		counter(descQueueTooBigSent, q.TooBigSent, l)
 		drops(descQueueDrops, &q.Drops, l)
+	}
+	if rt := r.Runtime; rt != nil {
+		for i := range rt.Queues {
+			q := &rt.Queues[i]
+			l := strconv.Itoa(q.Queue)
+			counter(descAFXDPDrops, q.TxFull, l, "tx_ring_full")
+			// Without the kernel's counters (unreadable) their series
+			// are left out rather than exported as zeros.
+			if k := q.Kernel; k != nil {
+				counter(descAFXDPDrops, k.RxRingFull, l, "rx_ring_full")
+				counter(descAFXDPDrops, k.RxDropped, l, "rx_dropped")
+				counter(descAFXDPDrops, k.RxInvalidDescs, l, "rx_invalid_descs")
+				counter(descAFXDPDrops, k.TxInvalidDescs, l, "tx_invalid_descs")
+				counter(descAFXDPFillEmpty, k.FillRingEmpty, l)
+			}
+		}
+		if x := rt.XDPProgram; x != nil {
+			counter(descXDPFrames, x.Redirected, "redirected")
+			counter(descXDPFrames, x.PassedNoSocket, "passed_no_socket")
+			counter(descXDPFrames, x.PassedNotVIP, "passed_not_vip")
+			counter(descXDPFrames, x.PassedNDP, "passed_ndp")
+			counter(descXDPFrames, x.PassedShort, "passed_short")
+			counter(descXDPFrames, x.PassedMalformedVIP, "passed_malformed_vip")
+		}
 	}
 	if ct := r.Conntrack; ct != nil {
 		gauge(descCTEntries, float64(ct.Entries))

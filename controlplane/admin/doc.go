@@ -1,9 +1,14 @@
-// Package admin is the appliance's admin listener: Prometheus /metrics,
-// /status as JSON and /healthz, on a loopback address by default, and the
-// client side that `xlb status`, `drain` and `undrain` use (Call,
-// WriteTables).
+// Package admin is the appliance's admin listeners and their client side.
+// The TCP listener (loopback by default) serves what changes nothing:
+// Prometheus /metrics, /status as JSON, /healthz, and /debug/pprof when
+// asked. A Unix socket, mode 0600, serves those and every state-changing
+// endpoint (drain, undrain, node drain), which the TCP listener refuses:
+// only root reaches them, and no browser can. Both are bounded (connections,
+// header size and time, no bodies) so that no local user can exhaust the
+// process's descriptors or memory. `xlb status` reads the TCP listener
+// (Call, WriteTables); `drain` and `undrain` use the socket (CallSocket).
 //
-// The listener reads one Source: whatever runs it (the appliance, a test
+// The listeners read one Source: whatever runs them (the appliance, a test
 // rig) reports its state as a typed Report at request time. Nothing here
 // touches the hot path. Workers already keep their counters in atomics
 // (dataplane.Stats); Gather reads them, the current snapshot and the

@@ -109,6 +109,21 @@ func TestMetrics(t *testing.T) {
 		`xlb_service_failover_switches_total{service="dns",to="failover"}`: 0,
 		`xlb_service_failover_switches_total{service="dns",to="primary"}`:  0,
 		`xlb_reload_failure_total{}`:                                       0,
+
+		// The appliance's socket and XDP program counters, as the rig's
+		// runtime gives them.
+		`xlb_afxdp_drop_packets_total{queue="0",reason="rx_ring_full"}`:     7,
+		`xlb_afxdp_drop_packets_total{queue="0",reason="rx_dropped"}`:       3,
+		`xlb_afxdp_drop_packets_total{queue="0",reason="rx_invalid_descs"}`: 0,
+		`xlb_afxdp_drop_packets_total{queue="0",reason="tx_invalid_descs"}`: 1,
+		`xlb_afxdp_drop_packets_total{queue="0",reason="tx_ring_full"}`:     2,
+		`xlb_afxdp_fill_ring_empty_total{queue="0"}`:                        5,
+		`xlb_xdp_frames_total{verdict="redirected"}`:                        20,
+		`xlb_xdp_frames_total{verdict="passed_no_socket"}`:                  4,
+		`xlb_xdp_frames_total{verdict="passed_not_vip"}`:                    9,
+		`xlb_xdp_frames_total{verdict="passed_ndp"}`:                        1,
+		`xlb_xdp_frames_total{verdict="passed_short"}`:                      2,
+		`xlb_xdp_frames_total{verdict="passed_malformed_vip"}`:              6,
 	}
 	for _, reason := range []string{"malformed", "no-rule", "source-not-allowed", "no-eligible-backend",
 		"backend-not-ready", "no-encap-source", "too-big", "table-full"} {

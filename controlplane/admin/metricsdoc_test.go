@@ -100,7 +100,7 @@ func bgpFamilies(t *testing.T, src *rigSources) map[string]*dto.MetricFamily {
 	if err := sp.SetVIPs(map[netip.Addr]bgp.VIP{vip: {Announce: true, NextHop: netip.MustParseAddr("10.0.0.5")}}); err != nil {
 		t.Fatal(err)
 	}
-	s, err := admin.New("127.0.0.1:0", src, zap.NewNop(), sp)
+	s, err := admin.New(admin.Options{Listen: "127.0.0.1:0"}, src, zap.NewNop(), sp)
 	if err != nil {
 		t.Fatal(err)
 	}

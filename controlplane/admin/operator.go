@@ -3,9 +3,7 @@ package admin
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/netip"
 )
 
 // ErrUnknownBackend is what a Source's Drain and Undrain return for a name
@@ -34,14 +32,26 @@ type LastReload struct {
 	BackendsKept    int      `json:"backends_kept"`
 }
 
-// operate serves POST /drain and /undrain: only to loopback clients, since
-// the listener has no authentication and may listen on the network.
+// operation is a state-changing endpoint: served on the socket only.
+type operation struct {
+	path   string
+	handle http.HandlerFunc
+}
+
+// operations are every state-changing endpoint. One added here is served
+// on the socket and refused on the TCP listener.
+func operations(src Source) []operation {
+	return []operation{
+		{"/drain", operate(src, false)},
+		{"/undrain", operate(src, true)},
+		{"/drain-node", operateNode(src, true)},
+		{"/undrain-node", operateNode(src, false)},
+	}
+}
+
+// operate serves POST /drain and /undrain.
 func operate(src Source, undrain bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
-		if !fromLoopback(req.RemoteAddr) {
-			http.Error(w, "drain and undrain are accepted from loopback clients only", http.StatusForbidden)
-			return
-		}
 		name := req.URL.Query().Get("backend")
 		if name == "" {
 			http.Error(w, "missing ?backend=NAME", http.StatusBadRequest)
@@ -64,14 +74,9 @@ func operate(src Source, undrain bool) http.HandlerFunc {
 	}
 }
 
-// operateNode serves POST /drain-node and /undrain-node, to loopback
-// clients only, like operate.
+// operateNode serves POST /drain-node and /undrain-node.
 func operateNode(src Source, drain bool) http.HandlerFunc {
-	return func(w http.ResponseWriter, req *http.Request) {
-		if !fromLoopback(req.RemoteAddr) {
-			http.Error(w, "a node drain is accepted from loopback clients only", http.StatusForbidden)
-			return
-		}
+	return func(w http.ResponseWriter, _ *http.Request) {
 		if err := src.DrainNode(drain); err != nil {
 			http.Error(w, err.Error(), http.StatusConflict)
 			return
@@ -83,13 +88,4 @@ func operateNode(src Source, drain bool) http.HandlerFunc {
 			_, _ = fmt.Fprintln(w, "node undrained: VIPs announced where the announcement rule allows")
 		}
 	}
-}
-
-func fromLoopback(remote string) bool {
-	host, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		return false
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.Unmap().IsLoopback()
 }

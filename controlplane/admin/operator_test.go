@@ -8,31 +8,12 @@ import (
 	"xlb/controlplane/admin"
 )
 
-func post(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Post(url, "text/plain", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var b strings.Builder
-	buf := make([]byte, 512)
-	for {
-		n, err := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
-	}
-	return resp.StatusCode, b.String()
-}
-
 // TestDrainEndpoints: POST /drain removes a backend from its service's
 // eligible set (M5) and /undrain returns it; an unknown name is 404, a
 // missing one 400, and GET is not accepted.
 func TestDrainEndpoints(t *testing.T) {
 	r, src := newRig(t)
-	base := startServer(t, src)
+	base, sock := startServers(t, src)
 	eligible := func() []string {
 		rep, _ := status(t, base)
 		return rep.Services[0].Eligible
@@ -40,7 +21,7 @@ func TestDrainEndpoints(t *testing.T) {
 	if got := eligible(); len(got) != 2 {
 		t.Fatalf("eligible before drain: %v, want b1 b2", got)
 	}
-	if code, body := post(t, base+"/drain?backend=b1"); code != 200 || body != "drained b1\n" {
+	if code, body := doSock(t, sock, "POST", "/drain?backend=b1"); code != 200 || body != "drained b1\n" {
 		t.Fatalf("POST /drain: %d %q", code, body)
 	}
 	if got := eligible(); len(got) != 1 || got[0] != "b2" {
@@ -52,19 +33,21 @@ func TestDrainEndpoints(t *testing.T) {
 			t.Errorf("b1 after drain: %+v, want removed and draining", b)
 		}
 	}
-	if code, body := post(t, base+"/undrain?backend=b1"); code != 200 || body != "undrained b1\n" {
+	if code, body := doSock(t, sock, "POST", "/undrain?backend=b1"); code != 200 || body != "undrained b1\n" {
 		t.Fatalf("POST /undrain: %d %q", code, body)
 	}
 	if got := eligible(); len(got) != 2 {
 		t.Fatalf("eligible after undrain: %v, want b1 b2", got)
 	}
-	if code, body := post(t, base+"/drain?backend=nope"); code != 404 || !strings.Contains(body, "nope") {
+	if code, body := doSock(t, sock, "POST", "/drain?backend=nope"); code != 404 || !strings.Contains(body, "nope") {
 		t.Errorf("POST /drain?backend=nope: %d %q, want 404 naming it", code, body)
 	}
-	if code, _ := post(t, base+"/drain"); code != 400 {
+	if code, _ := doSock(t, sock, "POST", "/drain"); code != 400 {
 		t.Errorf("POST /drain without backend: %d, want 400", code)
 	}
-	get(t, base+"/drain?backend=b1", http.StatusMethodNotAllowed)
+	if code, _ := doSock(t, sock, "GET", "/drain?backend=b1"); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET /drain on the socket: %d, want 405", code)
+	}
 	_ = r
 }
 
@@ -73,24 +56,26 @@ func TestDrainEndpoints(t *testing.T) {
 // cannot (no [bgp]) answers 409 with its reason.
 func TestDrainNodeEndpoints(t *testing.T) {
 	_, src := newRig(t)
-	base := startServer(t, src)
-	if code, body := post(t, base+"/drain-node"); code != http.StatusConflict || !strings.Contains(body, "no [bgp]") {
+	base, sock := startServers(t, src)
+	if code, body := doSock(t, sock, "POST", "/drain-node"); code != http.StatusConflict || !strings.Contains(body, "no [bgp]") {
 		t.Errorf("POST /drain-node without bgp: %d %q, want 409 saying why", code, body)
 	}
 	src.bgp = &admin.BGPReport{}
-	if code, body := post(t, base+"/drain-node"); code != 200 || !strings.Contains(body, "node drained") {
+	if code, body := doSock(t, sock, "POST", "/drain-node"); code != 200 || !strings.Contains(body, "node drained") {
 		t.Fatalf("POST /drain-node: %d %q", code, body)
 	}
 	if rep, raw := status(t, base); rep.BGP == nil || !rep.BGP.NodeDrained || raw["bgp"] == nil {
 		t.Errorf("after /drain-node: bgp %+v", rep.BGP)
 	}
-	if code, _ := post(t, base+"/undrain-node"); code != 200 {
+	if code, _ := doSock(t, sock, "POST", "/undrain-node"); code != 200 {
 		t.Fatalf("POST /undrain-node: %d", code)
 	}
 	if rep, _ := status(t, base); rep.BGP == nil || rep.BGP.NodeDrained {
 		t.Errorf("after /undrain-node: bgp %+v", rep.BGP)
 	}
-	get(t, base+"/drain-node", http.StatusMethodNotAllowed)
+	if code, _ := doSock(t, sock, "GET", "/drain-node"); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET /drain-node on the socket: %d, want 405", code)
+	}
 }
 
 // TestReloadReport: a source's reload counters are exported and its last

@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -87,7 +89,10 @@ func newRig(t *testing.T) (*cptest.Rig, *rigSources) {
 	t.Helper()
 	r := cptest.New(t, rigToml)
 	return r, &rigSources{rig: r, workers: []admin.QueueStats{{Queue: 0, Stats: r.D.Stats()}},
-		runtime: &admin.Runtime{Interface: "xa0", XDPMode: "native", Queues: []admin.QueueRuntime{{Queue: 0, BindMode: "copy"}}},
+		runtime: &admin.Runtime{Interface: "xa0", XDPMode: "native",
+			Queues: []admin.QueueRuntime{{Queue: 0, BindMode: "copy", TxFull: 2,
+				Kernel: &admin.KernelStats{RxRingFull: 7, RxDropped: 3, FillRingEmpty: 5, RxInvalidDescs: 0, TxInvalidDescs: 1}}},
+			XDPProgram: &admin.XDPProgramStats{Redirected: 20, PassedNoSocket: 4, PassedNotVIP: 9, PassedNDP: 1, PassedShort: 2, PassedMalformedVIP: 6}},
 		reloads: &admin.ReloadReport{}, health: admin.NewHealthMetrics()}
 }
 
@@ -166,11 +171,20 @@ func process(t *testing.T, r *cptest.Rig, w *dataplane.Decider, tally *sent, ps 
 // startServer starts a server on a loopback port and returns its base URL.
 func startServer(t *testing.T, src admin.Source) string {
 	t.Helper()
+	base, _ := startServers(t, src)
+	return base
+}
+
+// startServers starts a server on a loopback port and a socket in a
+// temporary directory, and returns the TCP base URL and the socket path.
+func startServers(t *testing.T, src admin.Source) (base, sock string) {
+	t.Helper()
 	var extra []prometheus.Collector
 	if rs, ok := src.(*rigSources); ok && rs.health != nil {
 		extra = append(extra, rs.health)
 	}
-	s, err := admin.New("127.0.0.1:0", src, zap.NewNop(), extra...)
+	sock = filepath.Join(t.TempDir(), "admin.sock")
+	s, err := admin.New(admin.Options{Listen: "127.0.0.1:0", Socket: sock}, src, zap.NewNop(), extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +198,36 @@ func startServer(t *testing.T, src admin.Source) string {
 			t.Errorf("close: %v", err)
 		}
 	})
-	return "http://" + s.Addr().String()
+	return "http://" + s.Addr().String(), sock
+}
+
+// sockClient is an HTTP client of the socket at sock.
+func sockClient(sock string) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
+	}}
+}
+
+// doSock sends method path through the socket and returns the status and
+// body.
+func doSock(t *testing.T, sock, method, path string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://xlb"+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := sockClient(sock).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
 }
 
 // get fetches url and fails the test unless the status is want.

@@ -64,6 +64,9 @@ type XDPProgramStats struct {
 	PassedNotVIP   uint64 `json:"passed_not_vip"`
 	PassedNDP      uint64 `json:"passed_ndp"`
 	PassedShort    uint64 `json:"passed_short"`
+	// PassedMalformedVIP: VIP frames with a bad header, passed to the
+	// kernel, which drops them.
+	PassedMalformedVIP uint64 `json:"passed_malformed_vip"`
 }
 
 // HealthCheckStatus is one health-check target: a check probing one

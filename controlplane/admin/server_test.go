@@ -37,7 +37,7 @@ func TestListenWarning(t *testing.T) {
 		{"admin.example:9110", true},
 	} {
 		core, logs := observer.New(zapcore.InfoLevel)
-		if _, err := admin.New(tc.listen, &fakeSources{}, zap.New(core)); err != nil {
+		if _, err := admin.New(admin.Options{Listen: tc.listen}, &fakeSources{}, zap.New(core)); err != nil {
 			t.Errorf("%s: %v", tc.listen, err)
 			continue
 		}
@@ -53,11 +53,11 @@ func TestListenWarning(t *testing.T) {
 // TestNewErrors: an address that is not host:port, and no sources.
 func TestNewErrors(t *testing.T) {
 	for _, listen := range []string{"9110", "127.0.0.1", ""} {
-		if _, err := admin.New(listen, &fakeSources{}, nil); err == nil {
+		if _, err := admin.New(admin.Options{Listen: listen}, &fakeSources{}, nil); err == nil {
 			t.Errorf("New(%q) accepted", listen)
 		}
 	}
-	if _, err := admin.New("127.0.0.1:0", nil, nil); err == nil {
+	if _, err := admin.New(admin.Options{Listen: "127.0.0.1:0"}, nil, nil); err == nil {
 		t.Error("New without sources accepted")
 	}
 }
@@ -66,7 +66,7 @@ func TestNewErrors(t *testing.T) {
 // refused, Start twice or after Close fails with ErrStarted, Close stops
 // the listener and can be repeated, and a busy port is an error.
 func TestServerLifecycle(t *testing.T) {
-	s, err := admin.New("127.0.0.1:0", &fakeSources{}, nil)
+	s, err := admin.New(admin.Options{Listen: "127.0.0.1:0"}, &fakeSources{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestServerLifecycle(t *testing.T) {
 		t.Errorf("second Start: %v, want ErrStarted", err)
 	}
 
-	busy, err := admin.New(s.Addr().String(), &fakeSources{}, nil)
+	busy, err := admin.New(admin.Options{Listen: s.Addr().String()}, &fakeSources{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestServerLifecycle(t *testing.T) {
 	}
 
 	// Closing a server that never started returns at once.
-	idle, _ := admin.New("127.0.0.1:0", &fakeSources{}, nil)
+	idle, _ := admin.New(admin.Options{Listen: "127.0.0.1:0"}, &fakeSources{}, nil)
 	if err := idle.Close(ctx); err != nil {
 		t.Error(err)
 	}

@@ -47,6 +47,7 @@ type running struct {
 	runtime func() *admin.Runtime
 	rl      *reloader
 	ann     *announcer // nil without [bgp]
+	capture *capturer
 }
 
 // New prepares an appliance for cfg, which must be valid for xlb run
@@ -167,11 +168,16 @@ func (a *Appliance) Reload(cfg *config.Config) error {
 // their flows, removed ones drain per M5), then stale VIPs removed. A file
 // that does not load or validate, or that changes [dataplane] or [admin],
 // changes nothing and counts as a failed reload; either way the outcome is
-// logged and shown in Status.
-func (a *Appliance) ReloadFile() error {
+// logged and shown in Status. So does a file without any forwarding rule
+// while the running configuration has some (ErrEmpty): see ReloadFileWith.
+func (a *Appliance) ReloadFile() error { return a.ReloadFileWith(ReloadOptions{}) }
+
+// ReloadFileWith is ReloadFile with what an operator asked for (`xlb
+// reload --allow-empty`).
+func (a *Appliance) ReloadFileWith(opts ReloadOptions) error {
 	r := a.cur.Load()
 	if r == nil {
 		return ErrNotRunning
 	}
-	return r.rl.reloadFile()
+	return r.rl.reloadFile(opts)
 }

@@ -104,7 +104,8 @@ func (s *stack) runtime() *admin.Runtime {
 	}
 	if st, err := s.objs.Stats(); err == nil {
 		rt.XDPProgram = &admin.XDPProgramStats{Redirected: st.Redirected, PassedNoSocket: st.PassedNoSocket,
-			PassedNotVIP: st.PassedNotVIP, PassedNDP: st.PassedNDP, PassedShort: st.PassedShort}
+			PassedNotVIP: st.PassedNotVIP, PassedNDP: st.PassedNDP, PassedShort: st.PassedShort,
+			PassedMalformedVIP: st.PassedMalformedVIP}
 	} else {
 		rt.XDPProgramError = err.Error()
 	}

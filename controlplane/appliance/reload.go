@@ -60,12 +60,45 @@ type reloader struct {
 	last     *admin.LastReload
 }
 
+// ReloadOptions are what an operator may ask of one reload.
+type ReloadOptions struct {
+	// AllowEmpty applies a configuration without any forwarding rule
+	// while the running one has some (every VIP would stop at once); a
+	// reload refuses it otherwise (ErrEmpty).
+	AllowEmpty bool
+}
+
+// ErrEmpty marks a reload refused because the new configuration has no
+// forwarding rule while the running one has: most likely a truncated or
+// half-written file, which would stop every VIP at once.
+var ErrEmpty = errors.New("the configuration has no forwarding rule and would stop every VIP (apply it with xlb reload --allow-empty)")
+
 // reloadFile reloads the file the running configuration came from.
-func (r *reloader) reloadFile() error {
+func (r *reloader) reloadFile(opts ReloadOptions) error {
 	r.mu.Lock()
 	path := r.cur.Path
 	r.mu.Unlock()
-	return r.reload(path, func() (*config.Config, error) { return config.Load(path) })
+	return r.reload(path, func() (*config.Config, error) {
+		cfg, err := config.Load(path)
+		if err != nil {
+			return nil, err
+		}
+		return cfg, r.checkEmpty(cfg, opts)
+	})
+}
+
+// checkEmpty refuses cfg without rules unless opts allow it or nothing
+// runs now either; r.mu is held (load runs under it).
+func (r *reloader) checkEmpty(cfg *config.Config, opts ReloadOptions) error {
+	if len(cfg.Rules) > 0 || len(r.cur.Rules) == 0 {
+		return nil
+	}
+	if opts.AllowEmpty {
+		r.log.Warn("reload removes every forwarding rule, as asked (--allow-empty)",
+			zap.String("file", cfg.Path), zap.Int("rules_before", len(r.cur.Rules)))
+		return nil
+	}
+	return fmt.Errorf("%s: %w", cfg.Path, ErrEmpty)
 }
 
 // reload takes the configuration from load (an error counts as a failed
@@ -180,6 +213,8 @@ func restartNeeded(old, cfg *config.Config) error {
 	diff("dataplane.ring_size", a.RingSize == b.RingSize)
 	diff("dataplane.conntrack_capacity", a.ConntrackCapacity == b.ConntrackCapacity)
 	diff("admin.listen", old.Admin.Listen == cfg.Admin.Listen)
+	diff("admin.socket", old.Admin.Socket == cfg.Admin.Socket)
+	diff("admin.pprof", old.Admin.Pprof == cfg.Admin.Pprof)
 	for _, f := range config.BGPRestartFields(old.BGP, cfg.BGP) {
 		diff(f, false)
 	}

@@ -125,7 +125,7 @@ func TestX2_ReloadOrder(t *testing.T) {
 	next := strings.Replace(ctlConfig, `{ name = "b2", ip = "10.0.1.2" }`, `{ name = "b3", ip = "10.0.1.3" }`, 1)
 	next = strings.ReplaceAll(next, `ip_address = "203.0.113.10"`, `ip_address = "203.0.113.20"`)
 	f.write(t, next+reloadDataplane)
-	if err := f.rl.reloadFile(); err != nil {
+	if err := f.rl.reloadFile(ReloadOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
@@ -163,7 +163,7 @@ func TestX2_ReloadRejected(t *testing.T) {
 		{"admin", ctlConfig + reloadDataplane + "[admin]\nlisten = \"127.0.0.1:9999\"\n", "admin.listen changed: restart required"},
 	} {
 		f.write(t, tc.text)
-		err := f.rl.reloadFile()
+		err := f.rl.reloadFile(ReloadOptions{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
 		}
@@ -179,7 +179,7 @@ func TestX2_ReloadRejected(t *testing.T) {
 		t.Errorf("report %+v last %+v", rep, rep.Last)
 	}
 	f.write(t, ctlConfig+reloadDataplane)
-	if err := f.rl.reloadFile(); err != nil {
+	if err := f.rl.reloadFile(ReloadOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if rep := f.rl.report(); rep.Success != 1 || !rep.Last.OK {
@@ -216,7 +216,7 @@ func TestX2_ReloadRollsBack(t *testing.T) {
 			tc.setup(f)
 			feeds, cur, gen := f.rl.feeds.Load(), f.rl.cur, f.rig.CP.Snapshot().Gen
 			f.write(t, next+reloadDataplane)
-			if err := f.rl.reloadFile(); err == nil || !strings.Contains(err.Error(), tc.err) {
+			if err := f.rl.reloadFile(ReloadOptions{}); err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Fatalf("reload: %v, want an error with %q", err, tc.err)
 			}
 			if !slices.Equal(f.calls, tc.want) {
@@ -319,7 +319,7 @@ func TestX2_ReloadBGP(t *testing.T) {
 	f := newReloadRig(t)
 	f.write(t, ctlConfig+reloadDataplane+reloadBGP)
 	// The rig started without [bgp]: adding the section is a restart.
-	if err := f.rl.reloadFile(); !errors.Is(err, ErrRestart) || !strings.Contains(err.Error(), "bgp changed") {
+	if err := f.rl.reloadFile(ReloadOptions{}); !errors.Is(err, ErrRestart) || !strings.Contains(err.Error(), "bgp changed") {
 		t.Fatalf("adding [bgp]: %v, want a restart", err)
 	}
 	cur, err := config.Load(f.file)
@@ -330,7 +330,7 @@ func TestX2_ReloadBGP(t *testing.T) {
 
 	next := strings.ReplaceAll(ctlConfig, `ip_address = "203.0.113.10"`, `ip_address = "203.0.113.20"`)
 	f.write(t, next+reloadDataplane+reloadBGP+"  [[bgp.neighbor]]\n  address = \"10.97.0.9\"\n  asn = 65000\n")
-	if err := f.rl.reloadFile(); err != nil {
+	if err := f.rl.reloadFile(ReloadOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if i := slices.Index(f.calls, "bgp 10.97.0.1 10.97.0.9 [10.0.4.1,b1,b2,f1]"); i < 0 || i != len(f.calls)-2 ||
@@ -344,11 +344,41 @@ func TestX2_ReloadBGP(t *testing.T) {
 	} {
 		calls := len(f.calls)
 		f.write(t, next+reloadDataplane+tc.bgp)
-		if err := f.rl.reloadFile(); !errors.Is(err, ErrRestart) || !strings.Contains(err.Error(), tc.want) {
+		if err := f.rl.reloadFile(ReloadOptions{}); !errors.Is(err, ErrRestart) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 		if len(f.calls) != calls {
 			t.Errorf("%s: a rejected reload changed something: %v", tc.name, f.calls[calls:])
 		}
+	}
+}
+
+// TestX2_ReloadRefusesEmpty: a file with only [dataplane] (a truncated
+// one, say) would remove every forwarding rule at once: the reload is
+// refused, nothing changes, the failure is counted with the reason; asked
+// for explicitly (--allow-empty), it applies, and the VIPs leave.
+func TestX2_ReloadRefusesEmpty(t *testing.T) {
+	f := newReloadRig(t)
+	gen := f.rig.CP.Snapshot().Gen
+	f.write(t, reloadDataplane)
+	err := f.rl.reloadFile(ReloadOptions{})
+	if !errors.Is(err, ErrEmpty) || !strings.Contains(err.Error(), f.file) {
+		t.Fatalf("reload of a file without rules: %v, want ErrEmpty naming the file", err)
+	}
+	if len(f.calls) != 0 || f.rig.CP.Snapshot().Gen != gen {
+		t.Errorf("the refused reload changed something: calls %v, generation %d -> %d", f.calls, gen, f.rig.CP.Snapshot().Gen)
+	}
+	if rep := f.rl.report(); rep.Failure != 1 || rep.Last == nil || rep.Last.OK || !strings.Contains(strings.Join(rep.Last.Errors, " "), "--allow-empty") {
+		t.Errorf("report %+v last %+v", rep, rep.Last)
+	}
+	if err := f.rl.reloadFile(ReloadOptions{AllowEmpty: true}); err != nil {
+		t.Fatalf("--allow-empty: %v", err)
+	}
+	if last := f.calls[len(f.calls)-1]; last != "vips [] []" {
+		t.Errorf("after the empty reload: %s, want no VIPs", last)
+	}
+	// From empty to empty is no change of that kind: no flag needed.
+	if err := f.rl.reloadFile(ReloadOptions{}); err != nil {
+		t.Errorf("empty again: %v", err)
 	}
 }

@@ -83,7 +83,7 @@ func (s *stack) down() {
 func (a *Appliance) Run(ctx context.Context) error {
 	s := &stack{a: a, ctx: ctx, life: context.WithoutCancel(ctx), cfg: a.cfg, base: a.log}
 	defer s.down()
-	steps := []func() error{s.host, s.neighbours, s.controlPlane, s.healthChecks, s.attach, s.openQueues, s.startWorkers, s.startBGP, s.serveAdmin}
+	steps := []func() error{s.host, s.neighbours, s.controlPlane, s.healthChecks, s.attach, s.openQueues, s.startWorkers, s.startBGP, s.serveAdmin, s.dropPrivileges}
 	for _, step := range steps {
 		if err := step(); errors.Is(err, errStopped) {
 			s.log.Info("signal received during startup: stopping")
@@ -273,7 +273,8 @@ func (s *stack) healthChecks() error {
 		s.log.Info("health checks stopped")
 	})
 	s.log.Info("health checks started", zap.Int("targets", len(targets)),
-		zap.Int("max_concurrent", healthcheck.DefaultMaxConcurrent))
+		zap.Int("max_concurrent", healthcheck.DefaultMaxConcurrent),
+		zap.Int("max_concurrent_failing", healthcheck.DefaultMaxConcurrentFailing))
 	return nil
 }
 
@@ -356,14 +357,24 @@ func (s *stack) serveAdmin() error {
 	if s.ann != nil {
 		rl.fleet = s.ann
 	}
-	s.a.cur.Store(&running{cp: s.cp, ct: s.ct, workers: workers, now: worker.NowMs, runtime: s.runtime, rl: rl, ann: s.ann})
+	capt := &capturer{engine: s.engine}
+	for _, q := range s.queues {
+		capt.workers = append(capt.workers, q.worker)
+	}
+	s.a.cur.Store(&running{cp: s.cp, ct: s.ct, workers: workers, now: worker.NowMs, runtime: s.runtime, rl: rl, ann: s.ann,
+		capture: capt})
 	s.undo = append(s.undo, func() { s.a.cur.Store(nil) })
 	listen := s.cfg.Admin.Listen
 	collectors := []prometheus.Collector{s.a.health}
 	if s.sp != nil {
 		collectors = append(collectors, s.sp)
 	}
-	srv, err := admin.New(listen, s.a, s.log.Named("admin"), collectors...)
+	nofile := raiseNofile()
+	limits := admin.ConnLimits(nofile)
+	s.log.Info("descriptor limit", zap.Uint64("nofile", nofile), zap.Int("admin_tcp_connections", limits.TCPConns),
+		zap.Int("admin_socket_connections", limits.SocketConns), zap.Int("health_check_probes", healthcheck.DefaultMaxConcurrent))
+	srv, err := admin.New(admin.Options{Listen: listen, Socket: s.cfg.Admin.Socket, Pprof: s.cfg.Admin.Pprof, Limits: limits},
+		s.a, s.log.Named("admin"), collectors...)
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(runEnv); path != "" {
 		os.Exit(runChild(path))
 	}
+	if code, ok := childRole(); ok {
+		os.Exit(code)
+	}
 	os.Exit(m.Run())
 }
 
@@ -116,7 +119,10 @@ ip_address = %q
 ip_protocol = "UDP"
 ports = ["53"]
 backend_service = "dns"
-`, ifname, backendMAC.String(), runVIP.String())
+
+[admin]
+socket = %q
+`, ifname, backendMAC.String(), runVIP.String(), filepath.Join(dir, "admin.sock"))
 	path := filepath.Join(dir, "xlb.toml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		tb.Fatal(err)

@@ -11,5 +11,10 @@ var epoch = time.Now()
 // on it, so the control plane must be driven with it too.
 func NowMs() int64 { return time.Since(epoch).Milliseconds() }
 
-// nowNs is the same clock in nanoseconds, for the spin bound.
+// nowNs is the same clock in nanoseconds, for the spin bound and the
+// capture's timestamps.
 func nowNs() int64 { return int64(time.Since(epoch)) }
+
+// Epoch is the wall time at the zero of the workers' clock (a capture's
+// timestamps are on it).
+func Epoch() time.Time { return epoch }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"xlb/dataplane"
+	"xlb/dataplane/capture"
 )
 
 // Poller is how an idle worker waits for frames: afxdp.Socket.Poll. With
@@ -82,6 +83,10 @@ type Worker struct {
 	idle      bool  // the last round received nothing
 	idleSince int64 // ns, when the current idle stretch began
 
+	// capture, while `xlb capture` runs: the ring this worker copies
+	// frames into. One atomic load per round when nil.
+	capture atomic.Pointer[capture.Ring]
+
 	c counters
 }
 
@@ -125,6 +130,14 @@ func (w *Worker) CPU() int { return w.cfg.CPU }
 // Stats are the engine's counters of this worker.
 func (w *Worker) Stats() *dataplane.Stats { return w.decider.Stats() }
 
+// SetCapture makes the worker copy frames into r from its next round on;
+// nil stops. The ring must have been made for this worker's batch size
+// (capture.NewRing's batch >= Config.Batch copies the whole batch).
+func (w *Worker) SetCapture(r *capture.Ring) { w.capture.Store(r) }
+
+// Batch is the most frames one round receives.
+func (w *Worker) Batch() int { return w.cfg.Batch }
+
 // Counters returns the loop's counters.
 func (w *Worker) Counters() Counters {
 	return Counters{
@@ -165,7 +178,13 @@ func (w *Worker) Run(ctx context.Context) error {
 // spinning or sleeping by how long the worker has been idle.
 func (w *Worker) round() error {
 	now := nowNs()
-	if n := w.decider.Poll(w.port, w.frames, now/int64(time.Millisecond)); n > 0 {
+	var n int
+	if r := w.capture.Load(); r != nil {
+		n = w.pollCapturing(r, now)
+	} else {
+		n = w.decider.Poll(w.port, w.frames, now/int64(time.Millisecond))
+	}
+	if n > 0 {
 		w.idle = false
 		// Single writer: a load and a store, no locked read-modify-write.
 		w.c.batches.Store(w.c.batches.Load() + 1)
@@ -184,4 +203,20 @@ func (w *Worker) round() error {
 	}
 	_, err := w.poller.Poll(timeout)
 	return err
+}
+
+// pollCapturing is Decider.Poll with the capture ring's copies around the
+// decision: as received before it (the engine rewrites in place), as sent
+// after it, before the frames are completed.
+func (w *Worker) pollCapturing(r *capture.Ring, now int64) int {
+	n := w.port.Receive(w.frames)
+	if n == 0 {
+		return 0
+	}
+	batch := w.frames[:n]
+	r.Before(batch)
+	w.decider.Process(batch, now/int64(time.Millisecond))
+	r.After(batch, now)
+	w.port.Complete(batch)
+	return n
 }

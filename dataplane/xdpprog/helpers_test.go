@@ -167,10 +167,11 @@ func statsArray(s Stats) [numStats]uint64 {
 	a[statPassedNotVIP] = s.PassedNotVIP
 	a[statPassedNDP] = s.PassedNDP
 	a[statPassedShort] = s.PassedShort
+	a[statPassedMalformedVIP] = s.PassedMalformedVIP
 	return a
 }
 
-var statNames = [numStats]string{"redirected", "passed-no-socket", "passed-not-vip", "passed-ndp", "passed-short"}
+var statNames = [numStats]string{"redirected", "passed-no-socket", "passed-not-vip", "passed-ndp", "passed-short", "passed-malformed-vip"}
 
 func readStats(tb testing.TB, o *Objects) [numStats]uint64 {
 	tb.Helper()

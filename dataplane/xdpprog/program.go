@@ -22,6 +22,7 @@ const (
 	statPassedNotVIP
 	statPassedNDP
 	statPassedShort
+	statPassedMalformedVIP
 	numStats
 )
 
@@ -34,8 +35,8 @@ const (
 )
 
 // MaxExtHeaders is how many IPv6 extension headers the program follows to
-// find an ICMPv6 header (the engine's parser follows 16; real traffic
-// carries one or two).
+// find an ICMPv6 header (real traffic carries one or two); a VIP frame with
+// a longer chain goes to the workers, whose parser follows 16.
 const MaxExtHeaders = 8
 
 // Header layout.
@@ -58,6 +59,7 @@ func instructions() (asm.Instructions, error) {
 	b := &bpfasm.Builder{}
 	const (
 		short    = "short"
+		badVIP   = "bad_vip"
 		notVIP   = "not_vip"
 		ndp      = "ndp"
 		redirect = "redirect"
@@ -94,21 +96,22 @@ func instructions() (asm.Instructions, error) {
 	b.Mark(ipv4)
 	b.VIPKeyV4(stackKey, short)
 	b.LookupVIP(nameVIPs, stackKey, 4, notVIP)
-	// A VIP packet with a bad header goes to the kernel, which drops it.
+	// A VIP packet with a bad header goes to the kernel, which drops it;
+	// it is counted apart (passed-malformed-vip: VIP traffic lost).
 	b.Emit(
 		asm.LoadMem(asm.R1, asm.R9, 0, asm.Byte),
 		asm.Mov.Reg(asm.R2, asm.R1),
 		asm.RSh.Imm(asm.R2, 4),
-		asm.JNE.Imm(asm.R2, 4, short),
+		asm.JNE.Imm(asm.R2, 4, badVIP),
 		asm.And.Imm(asm.R1, 0x0f),
-		asm.JLT.Imm(asm.R1, 5, short),
+		asm.JLT.Imm(asm.R1, 5, badVIP),
 		asm.LSh.Imm(asm.R1, 2), // IHL in bytes
 		asm.LoadMem(asm.R2, asm.R9, 2, asm.Half),
 		asm.HostTo(asm.BE, asm.R2, asm.Half), // total length
-		asm.JLT.Reg(asm.R2, asm.R1, short),
+		asm.JLT.Reg(asm.R2, asm.R1, badVIP),
 		asm.Mov.Reg(asm.R3, asm.R9),
 		asm.Add.Reg(asm.R3, asm.R2),
-		asm.JGT.Reg(asm.R3, asm.R8, short),
+		asm.JGT.Reg(asm.R3, asm.R8, badVIP),
 		asm.Ja.Label(redirect),
 	)
 
@@ -120,13 +123,13 @@ func instructions() (asm.Instructions, error) {
 	b.Emit(
 		asm.LoadMem(asm.R1, asm.R9, 0, asm.Byte),
 		asm.RSh.Imm(asm.R1, 4),
-		asm.JNE.Imm(asm.R1, 6, short),
+		asm.JNE.Imm(asm.R1, 6, badVIP),
 		asm.LoadMem(asm.R2, asm.R9, 4, asm.Half),
 		asm.HostTo(asm.BE, asm.R2, asm.Half), // payload length
 		asm.Add.Imm(asm.R2, packet.IPv6FixedLen),
 		asm.Mov.Reg(asm.R3, asm.R9),
 		asm.Add.Reg(asm.R3, asm.R2),
-		asm.JGT.Reg(asm.R3, asm.R8, short),
+		asm.JGT.Reg(asm.R3, asm.R8, badVIP),
 		asm.LoadMem(asm.R2, asm.R9, 6, asm.Byte), // next header
 		asm.Add.Imm(asm.R9, packet.IPv6FixedLen),
 	)
@@ -139,16 +142,16 @@ func instructions() (asm.Instructions, error) {
 		b.Mark(next)
 		b.Emit(asm.JEq.Imm(asm.R2, int32(packet.ProtoICMPv6), "icmpv6"))
 		if i == MaxExtHeaders {
-			// Longer chains than we follow: the kernel decides.
-			for _, p := range []packet.Proto{packet.ProtoHopByHop, packet.ProtoRouting, packet.ProtoDstOpts, packet.ProtoFragment, packet.ProtoAH} {
-				b.Emit(asm.JEq.Imm(asm.R2, int32(p), short))
-			}
+			// Longer chains than we follow go to the workers, whose
+			// parser follows 16 headers and counts what is beyond (an
+			// NDP message behind so many headers is not one a host
+			// sends).
 			b.Emit(asm.Ja.Label(redirect))
 			break
 		}
 		hbh := hdr
 		if i > 0 {
-			hbh = short // RFC 8200 4.1: hop-by-hop only right after the fixed header
+			hbh = badVIP // RFC 8200 4.1: hop-by-hop only right after the fixed header
 		}
 		b.Emit(
 			asm.JEq.Imm(asm.R2, int32(packet.ProtoHopByHop), hbh),
@@ -160,7 +163,7 @@ func instructions() (asm.Instructions, error) {
 		)
 		// Hop-by-hop, routing, destination options: (len+1) * 8 bytes.
 		b.Mark(hdr)
-		b.Need(2, short)
+		b.Need(2, badVIP)
 		b.Emit(
 			asm.LoadMem(asm.R1, asm.R9, 1, asm.Byte),
 			asm.Add.Imm(asm.R1, 1),
@@ -171,7 +174,7 @@ func instructions() (asm.Instructions, error) {
 		)
 		// AH: (len+2) * 4 bytes (RFC 4302).
 		b.Mark(ah)
-		b.Need(2, short)
+		b.Need(2, badVIP)
 		b.Emit(
 			asm.LoadMem(asm.R1, asm.R9, 1, asm.Byte),
 			asm.Add.Imm(asm.R1, 2),
@@ -182,7 +185,7 @@ func instructions() (asm.Instructions, error) {
 		)
 		// Fragment: 8 bytes; after a non-first fragment comes payload.
 		b.Mark(frag)
-		b.Need(8, short)
+		b.Need(8, badVIP)
 		b.Emit(
 			asm.LoadMem(asm.R1, asm.R9, 2, asm.Half),
 			asm.And.Imm(asm.R1, bpfasm.BE16(0xfff8)), // fragment offset
@@ -195,7 +198,7 @@ func instructions() (asm.Instructions, error) {
 	// ICMPv6: NDP stays with the kernel; the rest (packet too big, echo…)
 	// goes to the workers.
 	b.Mark("icmpv6")
-	b.Need(4, short)
+	b.Need(4, badVIP)
 	b.Emit(
 		asm.LoadMem(asm.R1, asm.R9, 0, asm.Byte),
 		asm.JLT.Imm(asm.R1, ndpFirstType, redirect),
@@ -224,6 +227,7 @@ func instructions() (asm.Instructions, error) {
 		asm.Ja.Label(count),
 	)
 	b.Verdict(short, xdpPass, statPassedShort, count)
+	b.Verdict(badVIP, xdpPass, statPassedMalformedVIP, count)
 	b.Verdict(notVIP, xdpPass, statPassedNotVIP, count)
 	b.Verdict(ndp, xdpPass, statPassedNDP, count)
 

@@ -9,15 +9,19 @@ type Stats struct {
 	PassedNoSocket uint64 // VIP frames passed because the queue has no socket
 	PassedNotVIP   uint64 // frames not to a VIP, or not IP: the host's
 	PassedNDP      uint64 // IPv6 neighbour discovery to a VIP
-	// PassedShort counts frames passed because a header was truncated or
-	// malformed, or the IPv6 extension header chain was longer than
-	// MaxExtHeaders.
+	// PassedShort counts frames passed because a header was truncated
+	// before the destination address could be read (not known to be VIP
+	// traffic).
 	PassedShort uint64
+	// PassedMalformedVIP counts frames to a VIP passed because a header
+	// after the address was truncated or malformed: VIP traffic the
+	// kernel then drops.
+	PassedMalformedVIP uint64
 }
 
 // Total is the number of frames counted.
 func (s Stats) Total() uint64 {
-	return s.Redirected + s.PassedNoSocket + s.PassedNotVIP + s.PassedNDP + s.PassedShort
+	return s.Redirected + s.PassedNoSocket + s.PassedNotVIP + s.PassedNDP + s.PassedShort + s.PassedMalformedVIP
 }
 
 // Stats reads and sums the per-CPU counters.
@@ -38,10 +42,11 @@ func (o *Objects) Stats() (Stats, error) {
 		}
 	}
 	return Stats{
-		Redirected:     sums[statRedirected],
-		PassedNoSocket: sums[statPassedNoSocket],
-		PassedNotVIP:   sums[statPassedNotVIP],
-		PassedNDP:      sums[statPassedNDP],
-		PassedShort:    sums[statPassedShort],
+		Redirected:         sums[statRedirected],
+		PassedNoSocket:     sums[statPassedNoSocket],
+		PassedNotVIP:       sums[statPassedNotVIP],
+		PassedNDP:          sums[statPassedNDP],
+		PassedShort:        sums[statPassedShort],
+		PassedMalformedVIP: sums[statPassedMalformedVIP],
 	}, nil
 }

@@ -31,14 +31,15 @@ func verdictRows(tb testing.TB) []verdictRow {
 		icmp  = layers.IPProtocolICMPv6
 		ra    = layers.IPv4Option{OptionType: 148, OptionLength: 4, OptionData: []byte{0, 0}} // router alert
 	)
-	chain := func(n int, last []byte) []byte { // n destination options headers, then ICMPv6
-		b, next := last, icmp
+	chainTo := func(n int, upper layers.IPProtocol, last []byte) []byte { // n destination options headers, then upper
+		b, next := last, upper
 		for range n {
 			b, next = ext(next, 0, b), dopts
 		}
 		return b
 	}
-	toWorkers, notVIP, ndp, short := statPassedNoSocket, statPassedNotVIP, statPassedNDP, statPassedShort
+	chain := func(n int, last []byte) []byte { return chainTo(n, icmp, last) } // then ICMPv6
+	toWorkers, notVIP, ndp, short, badVIP := statPassedNoSocket, statPassedNotVIP, statPassedNDP, statPassedShort, statPassedMalformedVIP
 
 	rows := []verdictRow{
 		// FR1: VIP traffic of every protocol goes to the workers.
@@ -90,23 +91,28 @@ func verdictRows(tb testing.TB) []verdictRow {
 		{"v6 NS after AH", v6(tb, nil, vip6, layers.IPProtocolAH, ah(icmp, 1, ns)), ndp},
 		{"v6 NS after MaxExtHeaders headers", v6(tb, nil, vip6, dopts, chain(MaxExtHeaders, ns)), ndp},
 
-		// Truncated or malformed: the kernel decides.
+		// Truncated before the destination address: the kernel decides.
+		// After it (a VIP frame): the kernel decides too, counted apart.
 		{"Ethernet only", cut(v4(tb, nil, vip4, layers.IPProtocolTCP), 14), short},
 		{"VLAN tag cut", cut(v4(tb, dot1q, vip4, layers.IPProtocolTCP), 16), short},
 		{"v4 header cut", cut(v4(tb, nil, vip4, layers.IPProtocolTCP), 14+19), short},
 		{"v6 header cut", cut(v6(tb, nil, vip6, layers.IPProtocolTCP, nil), 14+39), short},
-		{"v4 VIP total length beyond the frame", cut(v4(tb, nil, vip4, layers.IPProtocolTCP), 14+30), short},
-		{"v4 VIP options cut", cut(v4(tb, nil, vip4, layers.IPProtocolTCP, ra), 14+22), short},
-		{"v4 VIP IHL < 5", poke(v4(tb, nil, vip4, layers.IPProtocolTCP), 14, 0x44), short},
-		{"v4 VIP total length < IHL", poke(poke(v4(tb, nil, vip4, layers.IPProtocolTCP), 16, 0), 17, 19), short},
-		{"v4 VIP, version 6 in header", poke(v4(tb, nil, vip4, layers.IPProtocolTCP), 14, 0x65), short},
-		{"v6 VIP payload beyond the frame", cut(v6(tb, nil, vip6, layers.IPProtocolTCP, nil), 14+40+10), short},
-		{"v6 VIP, version 4 in header", poke(v6(tb, nil, vip6, layers.IPProtocolTCP, nil), 14, 0x40), short},
-		{"v6 VIP hop-by-hop not first", v6(tb, nil, vip6, dopts, ext(hbh, 0, ext(icmp, 0, ns))), short},
-		{"v6 VIP ICMPv6 header cut", fixLen6(cut(v6(tb, nil, vip6, icmp, ns), 14+40+3)), short},
-		{"v6 VIP extension header cut", fixLen6(cut(v6(tb, nil, vip6, hbh, ext(icmp, 0, ns)), 14+40+1)), short},
-		{"v6 VIP extension header longer than the frame", fixLen6(cut(v6(tb, nil, vip6, hbh, ext(icmp, 3, ns)), 14+40+8)), short},
-		{"v6 VIP chain longer than MaxExtHeaders", v6(tb, nil, vip6, dopts, chain(MaxExtHeaders+1, ns)), short},
+		{"v4 VIP total length beyond the frame", cut(v4(tb, nil, vip4, layers.IPProtocolTCP), 14+30), badVIP},
+		{"v4 VIP options cut", cut(v4(tb, nil, vip4, layers.IPProtocolTCP, ra), 14+22), badVIP},
+		{"v4 VIP IHL < 5", poke(v4(tb, nil, vip4, layers.IPProtocolTCP), 14, 0x44), badVIP},
+		{"v4 VIP total length < IHL", poke(poke(v4(tb, nil, vip4, layers.IPProtocolTCP), 16, 0), 17, 19), badVIP},
+		{"v4 VIP, version 6 in header", poke(v4(tb, nil, vip4, layers.IPProtocolTCP), 14, 0x65), badVIP},
+		{"v6 VIP payload beyond the frame", cut(v6(tb, nil, vip6, layers.IPProtocolTCP, nil), 14+40+10), badVIP},
+		{"v6 VIP, version 4 in header", poke(v6(tb, nil, vip6, layers.IPProtocolTCP, nil), 14, 0x40), badVIP},
+		{"v6 VIP hop-by-hop not first", v6(tb, nil, vip6, dopts, ext(hbh, 0, ext(icmp, 0, ns))), badVIP},
+		{"v6 VIP ICMPv6 header cut", fixLen6(cut(v6(tb, nil, vip6, icmp, ns), 14+40+3)), badVIP},
+		{"v6 VIP extension header cut", fixLen6(cut(v6(tb, nil, vip6, hbh, ext(icmp, 0, ns)), 14+40+1)), badVIP},
+		{"v6 VIP extension header longer than the frame", fixLen6(cut(v6(tb, nil, vip6, hbh, ext(icmp, 3, ns)), 14+40+8)), badVIP},
+		// A longer chain than the program follows: the workers' parser
+		// follows 16 headers and counts what it cannot, where the kernel
+		// would drop the frame unnoticed.
+		{"v6 VIP chain longer than MaxExtHeaders", v6(tb, nil, vip6, dopts, chain(MaxExtHeaders+1, ns)), toWorkers},
+		{"v6 VIP TCP after 16 extension headers", v6(tb, nil, vip6, dopts, chainTo(16, layers.IPProtocolTCP, make([]byte, 20))), toWorkers},
 	}
 	return rows
 }

@@ -66,7 +66,7 @@ func (c decapCase) endpoint() netip.Addr {
 // new flows each) with b4 as failover, for TCP 80 and UDP 53 on both VIPs,
 // L2 DSR; single-backend IPIP and GUE services on other ports for the
 // frame checks; and the decapCases' services.
-func configText(iface string) string {
+func configText(iface, sock string) string {
 	primaries := func(a, b, c, spare string) string {
 		return fmt.Sprintf(`
   [[backend_service.backend]]
@@ -119,6 +119,7 @@ conntrack_capacity = 65536
 
 [admin]
 listen = "127.0.0.1:9110"
+socket = %q
 
 # Every backend serves TCP 80: all pass within a second or so of the start.
 [[health_check]]
@@ -128,7 +129,7 @@ port = 80
 check_interval_sec = 1
 timeout_sec = 1
 healthy_threshold = 1
-`, iface) +
+`, iface, sock) +
 		svc("web", "TCP", "L2_DSR", v4) + svc("web6", "TCP", "L2_DSR", v6) +
 		svc("echo", "UDP", "L2_DSR", v4) + svc("echo6", "UDP", "L2_DSR", v6) +
 		svc("ipip", "UDP", "IPIP", one("10.97.0.11")) + svc("gue", "UDP", "GUE", one("10.97.0.12")) +
@@ -161,7 +162,7 @@ func decapServices(svc func(name, proto, method, body string) string, one func(i
 func writeConfig(t *testing.T, b *testbed.Bed) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "xlb.toml")
-	if err := os.WriteFile(path, []byte(configText(b.LB.Iface)), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(configText(b.LB.Iface, adminSocket(b.LB.NS))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -50,6 +50,7 @@ conntrack_capacity = 65536
 
 [admin]
 listen = %q
+socket = %q
 
 [[health_check]]
 name = "hc"
@@ -60,7 +61,7 @@ check_interval_sec = %d
 timeout_sec = 1
 healthy_threshold = %d
 unhealthy_threshold = %d
-`, b.LB.Iface, adminAddr, testbed.HTTPPort, int(checkInterval/time.Second), healthy, unhealthy)
+`, b.LB.Iface, adminAddr, adminSocket(b.LB.NS), testbed.HTTPPort, int(checkInterval/time.Second), healthy, unhealthy)
 	group := func(svc, name string, failover bool, members []string) {
 		var eps []string
 		for _, n := range members {

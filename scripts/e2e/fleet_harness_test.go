@@ -40,9 +40,9 @@ const (
 	// generous for a loaded machine, never an expectation.
 	fleetWait = 60 * time.Second
 	// fleetAdminPort: each instance's admin listener listens on every
-	// address (0.0.0.0:9110), so that drain and undrain, which it takes
-	// from loopback clients only, work from inside the namespace
-	// (fleetAdmin) and /status from the router's (xlb status --fleet).
+	// address (0.0.0.0:9110), so that /status is read from inside the
+	// namespace (fleetAdmin) and from the router's (xlb status --fleet);
+	// drain and undrain go through each instance's socket (adminSocket).
 	fleetAdminPort = 9110
 )
 
@@ -118,6 +118,7 @@ conntrack_capacity = 65536
 
 [admin]
 listen = "0.0.0.0:%d"
+socket = %q
 
 [[health_check]]
 name = "hc"
@@ -128,7 +129,7 @@ check_interval_sec = 1
 timeout_sec = 1
 healthy_threshold = 1
 unhealthy_threshold = 1
-`, in.Iface, fleetAdminPort, testbed.HTTPPort) +
+`, in.Iface, fleetAdminPort, adminSocket(in.NS), testbed.HTTPPort) +
 		svc("web", false) + svc("web6", true) +
 		rule("web-v4", testbed.VIP4, "web") + rule("web-v6", testbed.VIP6, "web6") + bgp
 }

@@ -368,7 +368,7 @@ func fleetDrainNode(t *testing.T, f *fleet, tr *traffic) {
 	alive := tr.alive()
 	time.Sleep(time.Second)
 	drain := time.Now()
-	if out, err := f.xlbIn(2, "drain", "--node", "--admin", fleetAdmin.String()); err != nil {
+	if out, err := f.xlbIn(2, "drain", "--node", "--socket", adminSocket(f.bed.Instances[2].NS)); err != nil {
 		t.Fatalf("xlb drain --node: %v\n%s", err, out)
 	}
 	removed := f.waitRoutes(t, 0, 1)
@@ -384,7 +384,7 @@ func fleetDrainNode(t *testing.T, f *fleet, tr *traffic) {
 
 	alive = tr.alive()
 	undrain := time.Now()
-	if out, err := f.xlbIn(2, "undrain", "--node", "--admin", fleetAdmin.String()); err != nil {
+	if out, err := f.xlbIn(2, "undrain", "--node", "--socket", adminSocket(f.bed.Instances[2].NS)); err != nil {
 		t.Fatalf("xlb undrain --node: %v\n%s", err, out)
 	}
 	added := f.waitRoutes(t, 0, 1, 2)
@@ -433,7 +433,7 @@ func fleetStatusCLI(t *testing.T, f *fleet) {
 		t.Fatalf("xlb status --fleet on agreeing instances: %v\n%s", err, out)
 	}
 	t.Logf("xlb status --fleet %s:\n%s", list, out)
-	if o, err := f.xlbIn(0, "drain", "--admin", fleetAdmin.String(), "b1"); err != nil {
+	if o, err := f.xlbIn(0, "drain", "--socket", adminSocket(f.bed.Instances[0].NS), "b1"); err != nil {
 		t.Fatalf("xlb drain b1 on l1: %v\n%s", err, o)
 	}
 	out, err = testbed.Exec(f.bed.Router.NS, xlbBin, "status", "--fleet", list)
@@ -442,7 +442,7 @@ func fleetStatusCLI(t *testing.T, f *fleet) {
 	} else {
 		t.Logf("with b1 drained on l1 only: %v\n%s", err, out)
 	}
-	if o, err := f.xlbIn(0, "undrain", "--admin", fleetAdmin.String(), "b1"); err != nil {
+	if o, err := f.xlbIn(0, "undrain", "--socket", adminSocket(f.bed.Instances[0].NS), "b1"); err != nil {
 		t.Fatalf("xlb undrain b1 on l1: %v\n%s", err, o)
 	}
 	deadline := time.Now().Add(fleetWait)

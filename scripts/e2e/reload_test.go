@@ -37,6 +37,7 @@ conntrack_capacity = 65536
 
 [admin]
 listen = "127.0.0.1:9110"
+socket = %q
 
 [[health_check]]
 name = "hc"
@@ -61,7 +62,7 @@ ip_address = %q
 ip_protocol = "TCP"
 ports = ["%d"]
 backend_service = "web"
-`, b.LB.Iface, int(reloadDrain/time.Second), strings.Join(eps, ", "), testbed.VIP4, testbed.HTTPPort)
+`, b.LB.Iface, adminSocket(b.LB.NS), int(reloadDrain/time.Second), strings.Join(eps, ", "), testbed.VIP4, testbed.HTTPPort)
 }
 
 // keptConn is a kept-alive connection asking every 100 ms until stopped
@@ -265,7 +266,7 @@ func TestReload(t *testing.T) {
 
 	// Operator drain of b1: no new connection reaches it afterwards.
 	drainSent := time.Now()
-	if out, err := testbed.Exec(b.LB.NS, xlbBin, "drain", "b1"); err != nil || out != "drained b1\n" {
+	if out, err := testbed.Exec(b.LB.NS, xlbBin, "drain", "--socket", adminSocket(b.LB.NS), "b1"); err != nil || out != "drained b1\n" {
 		t.Fatalf("xlb drain b1: %q, %v", out, err)
 	}
 	drained := time.Now()

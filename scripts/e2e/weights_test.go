@@ -23,6 +23,7 @@ func demoConfig(t *testing.T, b *testbed.Bed) string {
 		t.Fatalf("testdata/demo/testbed.toml has no line %s to point at this bed", iface)
 	}
 	text := strings.Replace(string(raw), iface, fmt.Sprintf("interface = %q", b.LB.Iface), 1)
+	text = strings.Replace(text, "\n[admin]\n", fmt.Sprintf("\n[admin]\nsocket = %q\n", adminSocket(b.LB.NS)), 1)
 	path := filepath.Join(t.TempDir(), "demo.toml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,6 +22,13 @@ import (
 // adminAddr is the admin listener of the tests' configuration, on the
 // balancer namespace's own loopback.
 var adminAddr = netip.MustParseAddrPort("127.0.0.1:9110")
+
+// adminSocket is the admin socket of the xlb in namespace ns: one of its
+// own, in the package's temporary directory, since xlbs in different
+// namespaces share the file system.
+func adminSocket(ns string) string {
+	return filepath.Join(binDir, ns+".sock")
+}
 
 // xlbProc is `xlb run` in a bed's balancer namespace.
 type xlbProc struct {
