@@ -36,7 +36,10 @@ func (e *Engine) Conntrack() *conntrack.Table { return e.ct }
 
 // Frame is one frame in a batch: Buf[Off:Off+Len] is the packet, Buf[:Off]
 // headroom that encapsulation may use. The engine sets Verdict and Reason and
-// may move Off/Len when it encapsulates.
+// may move Off/Len when it encapsulates. VerdictForward means: send
+// Data() out. That is the rewritten frame, or, for a packet the
+// encapsulation made too big, the ICMP error to its sender that replaces
+// it (Reason then ReasonTooBig; the decision itself is a drop).
 type Frame struct {
 	Buf     []byte
 	Off     int
@@ -64,6 +67,10 @@ type Decision struct {
 
 	// ICMPSteered: an ICMP error steered by its quoted flow (X1).
 	ICMPSteered bool
+	// TooBigSent: the packet was dropped as too big (ReasonTooBig) and
+	// its frame now carries the ICMP error that tells the sender the MTU
+	// left after encapsulation (X1).
+	TooBigSent bool
 	// Flow is the flow the decision was made for (the reversed quoted flow
 	// for X1).
 	Flow Flow
@@ -118,7 +125,8 @@ type Decider struct {
 	hints [batchMax]conntrack.Hint
 	one   [1]Frame
 	sink  uint64 // keeps prefetch loads alive
-	ipid  uint16 // outer IPv4 identification of encapsulated frames
+	ipid  uint16 // outer IPv4 identification of encapsulated frames and ICMP errors
+	icmp  icmpLimit
 }
 
 // NewDecider returns a decider of e.
@@ -196,9 +204,12 @@ func (dc *Decider) decideBatch(frames []Frame, snap *Snapshot, now int64) {
 			dc.back(snap, now, d, dc.hints[i])
 		}
 		if d.Verdict == VerdictForward {
-			dc.rewrite(f, snap, p, d)
+			dc.rewrite(f, snap, p, d, now)
 		}
 		f.Verdict, f.Reason = d.Verdict, d.Reason
+		if d.TooBigSent {
+			f.Verdict = VerdictForward
+		}
 		if d.Backend != nil {
 			f.Backend = d.Backend.Ref
 		}
@@ -517,7 +528,7 @@ func persists(svc *Service, proto packet.Proto) bool {
 }
 
 // rewrite turns a forward decision into the frame that goes on the wire.
-func (dc *Decider) rewrite(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision) {
+func (dc *Decider) rewrite(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision, now int64) {
 	b := d.Backend
 	if b == nil || !b.MACKnown {
 		d.Verdict, d.Reason = VerdictDrop, ReasonBackendNotReady
@@ -548,6 +559,11 @@ func (dc *Decider) rewrite(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decisi
 		d.Verdict, d.Reason = VerdictDrop, ReasonNoEncapSource
 		return
 	}
+	if mtu := snap.Local.MTU; mtu > 0 && p.IPLen+enc.Overhead() > mtu {
+		d.Verdict, d.Reason = VerdictDrop, ReasonTooBig
+		dc.tooBig(f, snap, p, d, mtu-enc.Overhead(), now)
+		return
+	}
 	maxLen := len(f.Buf) - f.Off
 	if snap.Local.MaxFrame > 0 {
 		maxLen = snap.Local.MaxFrame
@@ -568,4 +584,57 @@ func (dc *Decider) rewrite(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decisi
 func copyAddr(dst, src *[16]byte) {
 	binary.LittleEndian.PutUint64(dst[0:8], binary.LittleEndian.Uint64(src[0:8]))
 	binary.LittleEndian.PutUint64(dst[8:16], binary.LittleEndian.Uint64(src[8:16]))
+}
+
+// tooBig answers a packet that encapsulation makes longer than the MTU
+// with the ICMP error that tells its sender the room left (mtu), when the
+// sender may be told (packet.CanSendTooBig) and the decider's rate limit
+// allows: its path MTU discovery then shrinks what it sends (X1).
+// Otherwise the frame stays a plain drop.
+func (dc *Decider) tooBig(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision, mtu int, now int64) {
+	if !packet.CanSendTooBig(p) || !dc.icmp.allow(now) {
+		return
+	}
+	off, n, err := packet.TooBig(f.Buf, f.Off, p, snap.Local.MAC, mtu, dc.ipid)
+	if err != nil {
+		return
+	}
+	dc.ipid++
+	f.Off, f.Len = off, n
+	d.TooBigSent = true
+}
+
+// ICMP errors a decider may send: icmpRate per second, in bursts of up to
+// icmpBurst, like the kernel's own limit (net.ipv4.icmp_msgs_per_sec and
+// icmp_msgs_burst). A flood of oversized packets must not make the
+// balancer a reflector.
+const (
+	icmpRate     = 1000
+	icmpBurst    = 50
+	icmpInterval = int64(1000 / icmpRate) // ms per token (the engine's clock is in ms)
+)
+
+// icmpLimit is a token bucket on the decider's clock; it starts full.
+type icmpLimit struct {
+	tokens  int64
+	last    int64 // time of the last token added
+	started bool
+}
+
+func (l *icmpLimit) allow(now int64) bool {
+	if !l.started {
+		l.tokens, l.last, l.started = icmpBurst, now, true
+	}
+	if n := (now - l.last) / icmpInterval; n > 0 {
+		l.tokens = min(icmpBurst, l.tokens+n)
+		l.last += n * icmpInterval
+		if l.tokens == icmpBurst {
+			l.last = now
+		}
+	}
+	if l.tokens == 0 {
+		return false
+	}
+	l.tokens--
+	return true
 }

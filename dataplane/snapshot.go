@@ -204,6 +204,11 @@ type Local struct {
 	// MaxFrame bounds a rewritten frame (the frame buffer, or the MTU plus
 	// L2 header); 0 means unbounded except by the buffer.
 	MaxFrame int
+	// MTU is the interface's IP MTU: an encapsulated packet longer than
+	// that is too big, and its sender is told the MTU left for it (ICMP
+	// fragmentation needed / packet too big, X1). 0: unknown, only
+	// MaxFrame bounds.
+	MTU int
 }
 
 // Snapshot is everything the hot path needs, immutable once published.

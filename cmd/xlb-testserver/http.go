@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -14,10 +15,13 @@ const (
 	headerBackend = "X-Backend"
 	headerWeight  = "X-Load-Balancing-Endpoint-Weight"
 	healthzPath   = "/healthz"
+	// headerReceived is the number of body bytes a POST brought.
+	headerReceived = "X-Received"
 )
 
 // handler answers every path with the backend's name, and /healthz with
-// the health state and, when configured, the weight.
+// the health state and, when configured, the weight; a POST's body is read
+// whole and its length sent back in X-Received.
 func (s *server) handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.verbose {
@@ -27,6 +31,14 @@ func (s *server) handler() http.Handler {
 		h := w.Header()
 		h.Set(headerBackend, s.name)
 		h.Set("Content-Type", "text/plain; charset=utf-8")
+		if r.Method == http.MethodPost {
+			// An upload (the path-MTU tests): read it all, say how much.
+			n, err := io.Copy(io.Discard, r.Body)
+			if err != nil {
+				w.WriteHeader(http.StatusBadRequest)
+			}
+			h.Set(headerReceived, strconv.FormatInt(n, 10))
+		}
 		if r.URL.Path != healthzPath {
 			_, _ = w.Write([]byte("backend " + s.name + "\n"))
 			return

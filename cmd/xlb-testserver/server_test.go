@@ -84,6 +84,24 @@ func TestHTTPNamesItself(t *testing.T) {
 	}
 }
 
+// TestHTTPPostCounts: a POST's body is read whole and its length sent
+// back in X-Received, with the usual answer.
+func TestHTTPPostCounts(t *testing.T) {
+	s := startServer(t, serveConfig{name: "b2", tcp: loopbacks(t)[:1], weight: -1})
+	ap := s.tcpAddrs()[0]
+	body := bytes.Repeat([]byte("x"), 3<<20)
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Post("http://"+ap.String()+"/upload", "application/octet-stream", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(got) != "backend b2\n" || resp.Header.Get("X-Received") != strconv.Itoa(len(body)) {
+		t.Errorf("POST of %d bytes: %d %q X-Received %q", len(body), resp.StatusCode, got, resp.Header.Get("X-Received"))
+	}
+}
+
 func TestHealthz(t *testing.T) {
 	s := startServer(t, serveConfig{name: "b1", tcp: loopbacks(t)[:1], weight: -1})
 	ap := s.tcpAddrs()[0]

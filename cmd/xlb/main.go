@@ -40,6 +40,9 @@ commands:
                                    copy frames from the running xlb's workers into a
                                    pcapng file (- for stdout), as received and as sent,
                                    each with its verdict (root)
+  decap   --iface IF [--gue-port P] [--local A,B] [--mode M] [--pin-dir D]
+                                   (on a backend) strip xlb's IPIP/GUE in XDP;
+                                   --detach, --stats [--json]
   drain   [--socket PATH | -c FILE] NAME|SERVICE/NAME
                                    take a backend out of service (its flows drain); NAME
                                    drains it in every service that has it;
@@ -91,6 +94,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdStatus(args[1:], stdout)
 	case "version", "--version":
 		err = cmdVersion(args[1:], stdout)
+	case "decap":
+		err = cmdDecap(args[1:], stdout)
 	case "help", "-h", "--help":
 		if len(args) > 1 && args[0] == "help" {
 			return run([]string{args[1], "-h"}, stdout, stderr) // xlb help CMD

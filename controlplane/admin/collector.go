@@ -25,6 +25,8 @@ var (
 		"Frames dropped, by reason.", []string{"queue", "reason"}, nil)
 	descQueueEvictions = prometheus.NewDesc("xlb_queue_conntrack_evictions_total",
 		"Live tracking entries displaced by this queue's new flows because their bucket was full.", queueLabels, nil)
+	descQueueTooBigSent = prometheus.NewDesc("xlb_queue_icmp_too_big_sent_total",
+		"Too-big drops answered with ICMP fragmentation needed / packet too big to the sender.", queueLabels, nil)
 
 	descAFXDPDrops = prometheus.NewDesc("xlb_afxdp_drop_packets_total",
 		"Frames lost on the queue's AF_XDP socket, by reason: the kernel's (rx_ring_full, rx_dropped, rx_invalid_descs, tx_invalid_descs) and ours (tx_ring_full).",
@@ -100,7 +102,7 @@ var (
 		[]string{"service", "backend", "ip", "state"}, nil)
 
 	allDescs = []*prometheus.Desc{
-		descQueueRX, descQueueTX, descQueuePass, descQueueDrops, descQueueEvictions,
+		descQueueRX, descQueueTX, descQueuePass, descQueueDrops, descQueueEvictions, descQueueTooBigSent,
 		descAFXDPDrops, descAFXDPFillEmpty, descXDPFrames,
 		descCTEntries, descCTCapacity, descCTInserts, descCTUpdates, descCTEvictions, descCTReclaimed, descCTDeletes,
 		descGeneration, descReloadOK, descReloadFail,
@@ -159,6 +161,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descQueueTX, q.TX, l)
 		counter(descQueuePass, q.Pass, l)
 		counter(descQueueEvictions, q.Evictions, l)
+		counter(descQueueTooBigSent, q.TooBigSent, l)
 		drops(descQueueDrops, &q.Drops, l)
 	}
 	if rt := r.Runtime; rt != nil {

@@ -75,10 +75,12 @@ func TestMetrics(t *testing.T) {
 		`xlb_queue_tx_packets_total{queue="0"}`:          11,
 		`xlb_queue_pass_packets_total{queue="0"}`:        1,
 		`xlb_queue_conntrack_evictions_total{queue="0"}`: 0,
+		`xlb_queue_icmp_too_big_sent_total{queue="0"}`:   0,
 		`xlb_queue_rx_packets_total{queue="3"}`:          4,
 		`xlb_queue_tx_packets_total{queue="3"}`:          3,
 		`xlb_queue_pass_packets_total{queue="3"}`:        0,
 		`xlb_queue_conntrack_evictions_total{queue="3"}`: 0,
+		`xlb_queue_icmp_too_big_sent_total{queue="3"}`:   0,
 
 		`xlb_conntrack_entries{}`:         10,
 		`xlb_conntrack_capacity{}`:        float64(r.Conntrack().Capacity()),

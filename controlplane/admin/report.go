@@ -61,6 +61,9 @@ type QueueReport struct {
 	// Evictions counts live tracking entries this queue's new flows
 	// displaced (X3).
 	Evictions uint64 `json:"conntrack_evictions"`
+	// TooBigSent counts the too-big drops answered with ICMP
+	// fragmentation needed / packet too big to the sender (X1).
+	TooBigSent uint64 `json:"too_big_icmp_sent"`
 }
 
 // ServiceReport is one backend service.
@@ -196,6 +199,7 @@ func queues(workers []QueueStats) []QueueReport {
 		q.TX += s.Forward.Load()
 		q.Pass += s.Pass.Load()
 		q.Evictions += s.Evictions.Load()
+		q.TooBigSent += s.TooBigSent.Load()
 		q.Drops.add(&s.Drops)
 	}
 	for i := range qs {

@@ -28,11 +28,11 @@ const vlanEthHeader = 18
 // MAC as source; as outer sources of IPIP/GUE, per family, the source the
 // kernel picks towards the first such backend (its route's preferred
 // source), else the interface's first global address; and the MTU as the
-// bound of an encapsulated frame.
+// bound of an encapsulated packet (beyond it, the sender gets ICMP too big).
 func localOf(res *neigh.Resolver, cfg *config.Config, link netlink.Link, log *zap.Logger) dataplane.Local {
 	l := dataplane.Local{MAC: res.LocalMAC()}
 	if mtu := link.Attrs().MTU; mtu > 0 {
-		l.MaxFrame = mtu + vlanEthHeader
+		l.MaxFrame, l.MTU = mtu+vlanEthHeader, mtu
 	}
 	set := func(ip netip.Addr) {
 		ip = ip.Unmap()

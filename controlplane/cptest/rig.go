@@ -57,7 +57,8 @@ func (r *Rig) At(sec float64) *Rig {
 // Result is one decided frame.
 type Result struct {
 	dataplane.Decision
-	// In is the frame sent; Out the frame after rewrite (forward only).
+	// In is the frame sent; Out the frame after rewrite (forward only),
+	// or the ICMP error sent in its place (TooBigSent).
 	In, Out []byte
 }
 
@@ -86,7 +87,7 @@ func (r *Rig) SendFrame(frame []byte) *Result {
 	f := dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(frame)}
 	d := r.D.Decide(&f, r.Now)
 	res := &Result{Decision: d, In: frame}
-	if d.Verdict == dataplane.VerdictForward {
+	if d.Verdict == dataplane.VerdictForward || d.TooBigSent {
 		res.Out = append([]byte(nil), f.Data()...)
 	}
 	return res

@@ -50,6 +50,8 @@ type Packet struct {
 	// Flags for TCP: any of S A F R P; "" means A.
 	Flags string
 	Frag  Frag
+	// DF sets IPv4's don't-fragment flag.
+	DF bool
 	// ICMPType/ICMPCode for ICMP and ICMPv6; Inner is the quoted packet of
 	// an ICMP error.
 	ICMPType, ICMPCode uint8
@@ -144,6 +146,9 @@ func Build(p *Packet) ([]byte, error) {
 			Protocol: layers.IPProtocol(p.Proto), FragOffset: fragOff}
 		if more {
 			ip.Flags = layers.IPv4MoreFragments
+		}
+		if p.DF {
+			ip.Flags |= layers.IPv4DontFragment
 		}
 		ls = append(ls, ip)
 	}

@@ -33,6 +33,53 @@ func FuzzParse(f *testing.F) {
 		for _, e := range []Encap{encap(false, false), encap(true, false), encap(false, true), encap(true, true)} {
 			checkEncapRoundTrip(t, frame, &p, &e)
 		}
+		checkTooBig(t, frame, &p)
+	})
+}
+
+// checkTooBig: the ICMP error TooBig makes of any parsed IP frame parses
+// as an ICMP error from p's destination to its source, no longer than the
+// bounds (576 / 1280 bytes of IP).
+func checkTooBig(t *testing.T, frame []byte, p *Parsed) {
+	t.Helper()
+	buf := make([]byte, TooBigHeadroom+len(frame))
+	copy(buf[TooBigHeadroom:], frame)
+	off, n, err := TooBig(buf, TooBigHeadroom, p, [6]byte{2}, 1400, 1)
+	if err != nil {
+		t.Fatalf("TooBig on a parsed frame: %v", err)
+	}
+	var q Parsed
+	if err := Parse(buf[off:off+n], &q); err != nil {
+		t.Fatalf("the error does not parse: %v", err)
+	}
+	limit := 576
+	if p.IPVersion == 6 {
+		limit = 1280
+	}
+	if !q.IsICMPError() || q.Src != p.Dst || q.Dst != p.Src || q.IPLen > limit || q.IPVersion != p.IPVersion {
+		t.Fatalf("error %+v for %+v", q, p)
+	}
+}
+
+// FuzzTooBig: TooBig with any buffer and any claimed layout either fails
+// or writes within the buffer.
+func FuzzTooBig(f *testing.F) {
+	for _, r := range parseRows(f) {
+		var p Parsed
+		if Parse(r.frame, &p) == nil {
+			f.Add(append(make([]byte, 48), r.frame...), 48, p.L3Off, p.IPLen, p.IPVersion)
+		}
+	}
+	f.Add([]byte{}, 0, 14, 1, uint8(4))
+	f.Fuzz(func(t *testing.T, buf []byte, off, l3, ipLen int, version uint8) {
+		p := Parsed{L3Off: l3, IPLen: ipLen, IPVersion: version}
+		newOff, newLen, err := TooBig(buf, off, &p, [6]byte{2}, 1400, 1)
+		if err != nil {
+			return
+		}
+		if newOff < 0 || newOff+newLen > len(buf) || newLen > l3+TooBigHeadroom+ipLen {
+			t.Fatalf("frame [%d:+%d] in %d bytes", newOff, newLen, len(buf))
+		}
 	})
 }
 

@@ -39,7 +39,8 @@ var encapCases = []encapCase{
 // family, and then the client's IP packet exactly as it was sent. The
 // fields xlb chooses freely (outer IPv4 identification, GUE source port,
 // IPv6 flow label) are taken from the captured frame after checking their
-// range. Nothing decapsulates it: this kernel has no ipip or fou.
+// range. Nothing decapsulates it yet (checkDecapsulated attaches `xlb
+// decap` later, which would hide the outer headers from the capture).
 func checkEncapFrame(t *testing.T, b *testbed.Bed, tc encapCase) {
 	be := b.Backend(tc.be)
 	c := b.Clients[0]
@@ -178,59 +179,4 @@ func window(b []byte, off int) []byte {
 		return nil
 	}
 	return b[off:min(off+16, len(b))]
-}
-
-// checkDecap sends HTTP through an IPIP or GUE service to a backend whose
-// kernel decapsulates: an ipip tunnel from the balancer's outer source to
-// the backend and, for GUE, a fou receive port. Where the kernel has no
-// ipip (or fou), as here, the case skips, saying so.
-func checkDecap(t *testing.T, b *testbed.Bed, be *testbed.Backend, port uint16, gue bool) {
-	t.Helper()
-	// Trying is the only sure test: the modules may be built in, loadable
-	// or missing. The tunnel is the one the frames match (the fallback
-	// tunl0 would take them too, but a second any-to-any tunnel is refused).
-	tun := b.Opts.Prefix + "-tun"
-	out, err := testbed.Exec(be.NS, "ip", "link", "add", tun, "type", "ipip",
-		"local", be.Addr4.String(), "remote", testbed.LBBackendSide4.String())
-	if err != nil {
-		if strings.Contains(out, "Unknown device type") {
-			t.Skipf("kernel lacks ipip (`ip link add type ipip`: %s): IPIP and GUE are checked frame by frame, not decapsulated end to end",
-				oneLine(out))
-		}
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = testbed.Exec(be.NS, "ip", "link", "del", tun) })
-	if gue {
-		out, err := testbed.Exec(be.NS, "ip", "fou", "add", "port", fmt.Sprint(guePort), "gue")
-		if err != nil && !strings.Contains(out, "Error talking to the kernel") {
-			t.Fatal(err) // the generic netlink family exists: another failure
-		}
-		if err != nil {
-			t.Skipf("kernel lacks fou (`ip fou add port %d gue`: %s): GUE is checked frame by frame, not decapsulated end to end",
-				guePort, oneLine(out))
-		}
-		t.Cleanup(func() { _, _ = testbed.Exec(be.NS, "ip", "fou", "del", "port", fmt.Sprint(guePort)) })
-	}
-	for _, args := range [][]string{
-		{"sysctl", "-qw", "net.ipv4.conf." + tun + ".rp_filter=0"},
-		{"ip", "link", "set", tun, "up"},
-	} {
-		if _, err := testbed.Exec(be.NS, args...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dst := netip.AddrPortFrom(testbed.VIP4, port)
-	r, err := testbed.HTTPGet(b.Clients[0].NS, dst, "/", 2*time.Second)
-	if err != nil {
-		t.Fatalf("HTTP to %s through %s: %v", dst, be.Name, err)
-	}
-	if r.Status != 200 || r.Backend != be.Name {
-		t.Fatalf("HTTP to %s: status %d from %q, want 200 from %s", dst, r.Status, r.Backend, be.Name)
-	}
-	t.Logf("HTTP to %s answered by %s through its decapsulating kernel", dst, be.Name)
-}
-
-// oneLine joins a command's output lines for a skip message.
-func oneLine(out string) string {
-	return strings.ReplaceAll(strings.TrimSpace(out), "\n", "; ")
 }

@@ -11,9 +11,12 @@ import (
 	"xlb/scripts/testbed"
 )
 
-// tcpPorts are the backends' HTTP ports: 80 for L2 DSR, 8080 and 8081 for
-// the decapsulated IPIP and GUE cases (where the kernel can decapsulate).
-const tcpPorts = "80 8080 8081"
+// tcpPorts and udpPorts are the backends' HTTP and UDP echo ports: 80
+// and 53 for L2 DSR, 8080-8083 for the decapCases.
+const (
+	tcpPorts = "80 8080 8081 8082 8083"
+	udpPorts = "53 8080 8081 8082 8083"
+)
 
 // binDir holds the binaries built for the package's run.
 var binDir string
@@ -56,6 +59,9 @@ func build() error {
 	}
 	// testbed.sh starts this server instead of building one per bed.
 	if err := os.Setenv("XLB_TESTSERVER", serverBin); err != nil {
+		return err
+	}
+	if err := os.Setenv("TB_UDP_PORTS", udpPorts); err != nil {
 		return err
 	}
 	return os.Setenv("TB_TCP_PORTS", tcpPorts)
