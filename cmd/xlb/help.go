@@ -31,17 +31,32 @@ SIGINT stop it, SIGHUP reloads FILE. Under systemd (Type=notify) it says
 READY=1 once attached with every worker running and the first health
 round done, keeps STATUS= current, and pings the watchdog (WatchdogSec=)
 while every worker goes round.`,
-	"reload": `xlb reload -c FILE (--pid PID | --pidfile F)
+	"reload": `xlb reload -c FILE [--socket PATH] [--allow-empty]
+       xlb reload -c FILE (--pid PID | --pidfile F)
 
-Validates FILE (errors: exit 1, nothing sent), then sends SIGHUP to the
-running xlb run, which reloads the file it was started with.`,
-	"drain": `xlb drain [--admin ADDR | -c FILE] (NAME | SERVICE/NAME | --node)
+Validates FILE (errors: exit 1, nothing sent), then has the running xlb
+reload the file it was started with: through the admin socket ([admin]
+socket of FILE, or --socket; root), printing the outcome (exit 1 with
+every reason when refused), or by SIGHUP with --pid/--pidfile. A file
+without any forwarding rule, while some run, is refused unless
+--allow-empty (socket only).`,
+	"capture": `xlb capture [--socket PATH | --config FILE] [--vip A] [--backend B]
+                   [--verdict V,...] [-c N] [--snap N] [--seconds S] -w FILE
+
+Copies frames out of the running xlb's workers (admin socket, root) into a
+pcapng file ("-": stdout): each frame as received (interface rx) and, when
+forwarded, as sent (interface tx), with a comment naming the queue, the
+verdict and the reason or backend. -c is the number of frames, as
+tcpdump's; Ctrl-C ends it. Copies the workers' rings could not hold are
+counted and printed.`,
+	"drain": `xlb drain [--socket PATH | -c FILE] (NAME | SERVICE/NAME | --node)
 
 Takes a backend out of service: no new connections, tracked ones drain
 (M5). NAME is an endpoint's name or address and drains it in every
 service that has it (the output lists them); SERVICE/NAME only that
-service's. --node withdraws this instance's VIP routes ([bgp]).`,
-	"undrain": `xlb undrain [--admin ADDR | -c FILE] (NAME | SERVICE/NAME | --node)
+service's. --node withdraws this instance's VIP routes ([bgp]). Through
+the admin socket (root).`,
+	"undrain": `xlb undrain [--socket PATH | -c FILE] (NAME | SERVICE/NAME | --node)
 
 Returns a drained backend to service, or announces the node's routes again.`,
 	"status": `xlb status [--admin ADDR | -c FILE] [--fleet ADDR,...]
