@@ -31,11 +31,57 @@ func Load(path string) (*Config, error) {
 // errors; it may be ""). It returns a Config with every default filled in and
 // every reference resolved, or Errors listing every problem found.
 func Parse(path string, data []byte) (*Config, error) {
-	src := string(data)
-	// One decoding, kept as one undecoded value per top-level key: each
-	// is turned into a generic tree, in which checkKeys finds unknown keys
-	// and misshapen tables, and then into the typed rawFile, without
-	// parsing the text again.
+	tree, ok := fastTree(data)
+	if !ok {
+		var errs Errors
+		if tree, errs = libraryTree(path, string(data)); errs != nil {
+			return nil, errs
+		}
+	}
+	// A first pass only counts errors: a valid file does not pay for the
+	// field paths, lines and messages that describe them. The tree is not
+	// changed by a pass, so a file with errors is checked again, in full.
+	if cfg := (&converter{file: path, quiet: true}).check(tree); cfg != nil {
+		cfg.Path = path
+		return cfg, nil
+	}
+	c := &converter{file: path, src: string(data)}
+	c.check(tree)
+	if len(c.errs) == 0 {
+		// Cannot be: both passes run the same checks.
+		c.errs = append(c.errs, &Error{File: path, Msg: "invalid configuration"})
+	}
+	return nil, c.sorted()
+}
+
+// check checks the decoded file and converts it: the Config when it is
+// valid, else nil with the errors in c.errs.
+func (c *converter) check(tree map[string]any) *Config {
+	if !c.checkKeys(tree, reflect.TypeFor[rawFile](), "") {
+		return nil
+	}
+	var raw rawFile
+	if err := fill(reflect.ValueOf(&raw).Elem(), tree); err != nil {
+		// The decoder matches field names case-insensitively, so a case
+		// variant of a known key (reported above as unknown) can still fail
+		// it; nothing else should.
+		if len(c.errs) == 0 {
+			c.errs = append(c.errs, decodeError(c.file, err))
+		}
+		return nil
+	}
+	cfg := c.convert(&raw)
+	if len(c.errs) > 0 {
+		return nil
+	}
+	return cfg
+}
+
+// libraryTree decodes src with BurntSushi/toml: one decoding, kept as one
+// undecoded value per top-level key, each then turned into a generic tree,
+// in which checkKeys finds unknown keys and misshapen tables, and then into
+// the typed rawFile, without parsing the text again.
+func libraryTree(path, src string) (map[string]any, Errors) {
 	var top map[string]toml.Primitive
 	md, err := toml.Decode(src, &top)
 	if err != nil {
@@ -49,27 +95,7 @@ func Parse(path string, data []byte) (*Config, error) {
 		}
 		tree[k] = v
 	}
-	// Lines are found only for errors: a valid file does not pay for it.
-	c := &converter{file: path, src: src}
-	if !c.checkKeys(tree, reflect.TypeFor[rawFile](), "") {
-		return nil, c.sorted()
-	}
-	var raw rawFile
-	if err := fill(reflect.ValueOf(&raw).Elem(), tree); err != nil {
-		// The decoder matches field names case-insensitively, so a case
-		// variant of a known key (reported above as unknown) can still fail
-		// it; nothing else should.
-		if len(c.errs) == 0 {
-			c.errs = append(c.errs, decodeError(path, err))
-		}
-		return nil, c.sorted()
-	}
-	cfg := c.convert(&raw)
-	if len(c.errs) > 0 {
-		return nil, c.sorted()
-	}
-	cfg.Path = path
-	return cfg, nil
+	return tree, nil
 }
 
 // fill sets the fields of struct rv from table m as the TOML decoder would
@@ -81,12 +107,22 @@ func Parse(path string, data []byte) (*Config, error) {
 // under a case variant of a key, which checkKeys reported as unknown) is an
 // error, as it is for the decoder.
 func fill(rv reflect.Value, m map[string]any) error {
-	rt := rv.Type()
+	tags := fieldTags(rv.Type())
+	// Keys other than the fields' own are case variants or unknown
+	// (reported by checkKeys); a table without them does not pay for the
+	// search.
+	fold := false
+	fields := tomlFields(rv.Type())
+	for k := range m {
+		if _, ok := fields[k]; !ok {
+			fold = true
+			break
+		}
+	}
 	var keys []string
-	for i := range rt.NumField() {
-		tag := rt.Field(i).Tag.Get("toml")
+	for i, tag := range tags {
 		v, ok := m[tag]
-		if !ok {
+		if !ok && fold {
 			if keys == nil {
 				keys = slices.Sorted(maps.Keys(m))
 			}
@@ -175,6 +211,9 @@ type converter struct {
 	src   string
 	lines lineIndex // of src, made by the first error
 	errs  Errors
+	// quiet counts errors without describing them: at and index build no
+	// paths, and add records errQuiet.
+	quiet bool
 
 	// What was converted so far, by name: for uniqueness and references.
 	checkByName   map[string]int
@@ -182,8 +221,15 @@ type converter struct {
 	endpointNames map[string]endpointRef
 }
 
+// errQuiet stands for every error of a quiet pass.
+var errQuiet = &Error{Msg: "invalid configuration"}
+
 // add records an error at a field path, locating it in the file.
 func (c *converter) add(path, format string, args ...any) {
+	if c.quiet {
+		c.errs = append(c.errs, errQuiet)
+		return
+	}
 	if c.lines == nil {
 		c.lines = locate(c.src)
 	}
@@ -193,6 +239,24 @@ func (c *converter) add(path, format string, args ...any) {
 		Field: path,
 		Msg:   fmt.Sprintf(format, args...),
 	})
+}
+
+// at is the path of field (".name") of the table at path p; "" in a quiet
+// pass.
+func (c *converter) at(p, field string) string {
+	if c.quiet {
+		return ""
+	}
+	return p + field
+}
+
+// index is the path of element i of the array at path p; "" in a quiet
+// pass.
+func (c *converter) index(p string, i int) string {
+	if c.quiet {
+		return ""
+	}
+	return p + "[" + strconv.Itoa(i) + "]"
 }
 
 // joinPath appends key to a field path, quoting keys that are not bare TOML

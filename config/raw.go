@@ -2,9 +2,9 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 )
@@ -143,18 +143,16 @@ var valType = reflect.TypeFor[val]()
 // decoding into rawFile cannot fail. It reports whether the shapes were right.
 func (c *converter) checkKeys(m map[string]any, t reflect.Type, path string) bool {
 	fields := tomlFields(t)
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	ok := true
-	for _, k := range keys {
+	check := func(k string) {
 		ft, known := fields[k]
 		if known && ft == valType {
-			continue // a leaf: its type is checked during conversion
+			return // a leaf: its type is checked during conversion
 		}
-		p := joinPath(path, k)
+		p := ""
+		if !c.quiet {
+			p = joinPath(path, k)
+		}
 		if known && ft.Kind() == reflect.Pointer {
 			ft = ft.Elem() // an optional table
 		}
@@ -172,7 +170,7 @@ func (c *converter) checkKeys(m map[string]any, t reflect.Type, path string) boo
 			if !isTable {
 				c.add(p, "expected a table, got %s", show(m[k]))
 				ok = false
-				continue
+				return
 			}
 			ok = c.checkKeys(sub, ft, p) && ok
 		case ft.Kind() == reflect.Slice:
@@ -180,12 +178,22 @@ func (c *converter) checkKeys(m map[string]any, t reflect.Type, path string) boo
 			if !isTables {
 				c.add(p, "expected an array of tables, got %s", show(m[k]))
 				ok = false
-				continue
+				return
 			}
 			for i, e := range elems {
-				ok = c.checkKeys(e, ft.Elem(), p+"["+strconv.Itoa(i)+"]") && ok
+				ok = c.checkKeys(e, ft.Elem(), c.index(p, i)) && ok
 			}
 		}
+	}
+	if c.quiet {
+		// Errors are only counted: any order will do.
+		for k := range m {
+			check(k)
+		}
+		return ok
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		check(k)
 	}
 	return ok
 }
@@ -226,4 +234,21 @@ func tomlFields(t reflect.Type) map[string]reflect.Type {
 	}
 	fieldCache.Store(t, fields)
 	return fields
+}
+
+// tagCache holds fieldTags' answer per struct type.
+var tagCache sync.Map // reflect.Type → []string
+
+// fieldTags lists the toml tag of each field of struct type t, in field
+// order.
+func fieldTags(t reflect.Type) []string {
+	if f, ok := tagCache.Load(t); ok {
+		return f.([]string)
+	}
+	tags := make([]string, t.NumField())
+	for i := range tags {
+		tags[i] = t.Field(i).Tag.Get("toml")
+	}
+	tagCache.Store(t, tags)
+	return tags
 }
