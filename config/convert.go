@@ -58,13 +58,19 @@ func (c *converter) convert(r *rawFile) *Config {
 		cfg.HealthChecks = append(cfg.HealthChecks, c.healthCheck(i, &r.HealthCheck[i]))
 	}
 	c.serviceByName = make(map[string]int, len(r.BackendService))
-	endpoints := 0
+	endpoints, named := 0, false
 	for i := range r.BackendService {
 		for j := range r.BackendService[i].Backend {
-			endpoints += len(r.BackendService[i].Backend[j].Endpoints)
+			for k := range r.BackendService[i].Backend[j].Endpoints {
+				endpoints++
+				named = named || r.BackendService[i].Backend[j].Endpoints[k].Name.set
+			}
 		}
 	}
-	c.endpointNames = make(map[string]endpointRef, endpoints)
+	c.endpointNames = nil
+	if named {
+		c.endpointNames = make(map[string]endpointRef, endpoints)
+	}
 	cfg.Services = make([]Service, 0, len(r.BackendService))
 	for i := range r.BackendService {
 		cfg.Services = append(cfg.Services, c.service(i, &r.BackendService[i], cfg.HealthChecks))
@@ -281,7 +287,7 @@ func (c *converter) service(i int, r *rawService, checks []HealthCheck) Service 
 
 	size := c.integer(c.at(p, ".maglev_table_size"), r.MaglevTableSize, defaultMaglevTableSize, minMaglevTableSize, maxMaglevTableSize)
 	s.MaglevTableSize = uint32(size)
-	if !isPrime(size) {
+	if !c.isPrime(size) {
 		c.add(c.at(p, ".maglev_table_size"), "%d is not a prime", size)
 	}
 	n := countEndpoints(&s)
@@ -295,8 +301,21 @@ func (c *converter) service(i int, r *rawService, checks []HealthCheck) Service 
 }
 
 func (c *converter) groups(p string, s *Service, raw []rawGroup) {
-	groupNames := map[string]int{}
-	addrs := map[netip.Addr]string{}
+	var groupNames map[string]int
+	if len(raw) > 1 {
+		groupNames = make(map[string]int, len(raw))
+	}
+	n := 0
+	for j := range raw {
+		n += len(raw[j].Endpoints)
+	}
+	// The addresses so far, to find one given twice: few per service, so
+	// a list searched in turn, and a map only for many.
+	var addrs map[netip.Addr]epIndex
+	if n > 16 {
+		addrs = make(map[netip.Addr]epIndex, n)
+	}
+	s.Groups = make([]Group, 0, len(raw))
 	var primary, failover int
 	for j := range raw {
 		gp := c.index(c.at(p, ".backend"), j)
@@ -304,7 +323,9 @@ func (c *converter) groups(p string, s *Service, raw []rawGroup) {
 			Name:     c.name(c.at(gp, ".group"), raw[j].Group),
 			Failover: c.boolean(c.at(gp, ".failover"), raw[j].Failover, false),
 		}
-		c.unique(c.at(gp, ".group"), g.Name, c.at(p, ".backend"), j, groupNames)
+		if groupNames != nil {
+			c.unique(c.at(gp, ".group"), g.Name, c.at(p, ".backend"), j, groupNames)
+		}
 		if g.Failover {
 			failover++
 		} else {
@@ -313,9 +334,25 @@ func (c *converter) groups(p string, s *Service, raw []rawGroup) {
 		if len(raw[j].Endpoints) == 0 {
 			c.add(c.at(gp, ".endpoints"), "a group needs at least one endpoint")
 		}
+		g.Endpoints = make([]Endpoint, 0, len(raw[j].Endpoints))
 		for k := range raw[j].Endpoints {
 			ep := c.index(c.at(gp, ".endpoints"), k)
-			g.Endpoints = append(g.Endpoints, c.endpoint(ep, &raw[j].Endpoints[k], addrs))
+			e := c.endpoint(ep, &raw[j].Endpoints[k])
+			if e.IP.IsValid() {
+				prev, dup := epIndex{}, false
+				if addrs != nil {
+					if prev, dup = addrs[e.IP]; !dup {
+						addrs[e.IP] = epIndex{j, k}
+					}
+				} else {
+					prev, dup = findEndpoint(s.Groups, g.Endpoints, e.IP, j)
+				}
+				if dup {
+					c.add(c.at(ep, ".ip"), "%s is already an endpoint of this service at %s", e.IP,
+						c.index(c.at(c.index(c.at(p, ".backend"), prev.group), ".endpoints"), prev.endpoint))
+				}
+			}
+			g.Endpoints = append(g.Endpoints, e)
 		}
 		s.Groups = append(s.Groups, g)
 	}
@@ -328,29 +365,43 @@ func (c *converter) groups(p string, s *Service, raw []rawGroup) {
 	}
 }
 
-// endpoint converts one endpoint; addrs holds the addresses of its service so
-// far, by path.
-func (c *converter) endpoint(p string, r *rawEndpoint, addrs map[netip.Addr]string) Endpoint {
-	var e Endpoint
-	e.IP = c.requiredHostAddr(c.at(p, ".ip"), r.IP)
-	if e.IP.IsValid() {
-		if prev, dup := addrs[e.IP]; dup {
-			c.add(c.at(p, ".ip"), "%s is already an endpoint of this service at %s", e.IP, prev)
-		} else {
-			addrs[e.IP] = p
+// epIndex is where an endpoint is in its service: group and endpoint.
+type epIndex struct{ group, endpoint int }
+
+// findEndpoint finds the first endpoint with address ip among the groups
+// before group j and then eps, group j's so far.
+func findEndpoint(groups []Group, eps []Endpoint, ip netip.Addr, j int) (epIndex, bool) {
+	for gi, g := range groups {
+		for k, e := range g.Endpoints {
+			if e.IP == ip {
+				return epIndex{gi, k}, true
+			}
 		}
 	}
+	for k, e := range eps {
+		if e.IP == ip {
+			return epIndex{j, k}, true
+		}
+	}
+	return epIndex{}, false
+}
+
+// endpoint converts one endpoint.
+func (c *converter) endpoint(p string, r *rawEndpoint) Endpoint {
+	var e Endpoint
+	e.IP = c.requiredHostAddr(c.at(p, ".ip"), r.IP)
 
 	// An unnamed endpoint is named after its address. The same address may
 	// back several services, so such default names may repeat; a name
-	// written in the file must be unique across the file.
+	// written in the file must be unique across the file (endpointNames
+	// is nil when the file names none: nothing can repeat one).
 	explicit := r.Name.set
 	if explicit {
 		e.Name = c.name(c.at(p, ".name"), r.Name)
 	} else if e.IP.IsValid() {
 		e.Name = e.IP.String()
 	}
-	if e.Name != "" {
+	if e.Name != "" && c.endpointNames != nil {
 		if prev, dup := c.endpointNames[e.Name]; dup && (explicit || prev.explicit) {
 			c.add(c.at(p, ".name"), "%q is already the name of %s", e.Name, prev.path)
 		} else if !dup {
@@ -420,6 +471,15 @@ func parseMAC(s string) (hw [6]byte, ok bool) {
 		hw[i] = byte(n)
 	}
 	return hw, true
+}
+
+// isPrime is isPrime(n), remembering the last answer: a file's services
+// mostly share one table size, and a division is slow.
+func (c *converter) isPrime(n int64) bool {
+	if c.primeOf != n || n == 0 {
+		c.primeOf, c.prime = n, isPrime(n)
+	}
+	return c.prime
 }
 
 // isPrime tests by trial division: table sizes are at most 2^24.

@@ -57,11 +57,20 @@ func Parse(path string, data []byte) (*Config, error) {
 // check checks the decoded file and converts it: the Config when it is
 // valid, else nil with the errors in c.errs.
 func (c *converter) check(tree map[string]any) *Config {
+	var raw rawFile
+	if c.quiet {
+		// Unknown keys and misshapen tables fail a strict fill, in the
+		// same walk of the tree; the full pass names them.
+		if err := fill(reflect.ValueOf(&raw).Elem(), tree, true); err != nil {
+			c.add("", "%v", err)
+			return nil
+		}
+		return c.converted(&raw)
+	}
 	if !c.checkKeys(tree, reflect.TypeFor[rawFile](), "") {
 		return nil
 	}
-	var raw rawFile
-	if err := fill(reflect.ValueOf(&raw).Elem(), tree); err != nil {
+	if err := fill(reflect.ValueOf(&raw).Elem(), tree, false); err != nil {
 		// The decoder matches field names case-insensitively, so a case
 		// variant of a known key (reported above as unknown) can still fail
 		// it; nothing else should.
@@ -70,7 +79,12 @@ func (c *converter) check(tree map[string]any) *Config {
 		}
 		return nil
 	}
-	cfg := c.convert(&raw)
+	return c.converted(&raw)
+}
+
+// converted is raw's Config, or nil when it has errors.
+func (c *converter) converted(raw *rawFile) *Config {
+	cfg := c.convert(raw)
 	if len(c.errs) > 0 {
 		return nil
 	}
@@ -105,47 +119,51 @@ func libraryTree(path, src string) (map[string]any, Errors) {
 // any value, a struct a table, a slice of structs an array of tables, a
 // pointer to a struct a table. A value of another shape (possible only
 // under a case variant of a key, which checkKeys reported as unknown) is an
-// error, as it is for the decoder.
-func fill(rv reflect.Value, m map[string]any) error {
-	tags := fieldTags(rv.Type())
-	// Keys other than the fields' own are case variants or unknown
-	// (reported by checkKeys); a table without them does not pay for the
-	// search.
-	fold := false
-	fields := tomlFields(rv.Type())
-	for k := range m {
-		if _, ok := fields[k]; !ok {
-			fold = true
-			break
+// error, as it is for the decoder. strict fill fails at any key that is
+// not a field's own (errUnknownKey) and at any value of the wrong shape:
+// at the errors checkKeys would report.
+func fill(rv reflect.Value, m map[string]any, strict bool) error {
+	fs := fieldsOf(rv.Type())
+	found := 0
+	for i, tag := range fs.tags {
+		if v, ok := m[tag]; ok {
+			found++
+			if err := fillValue(rv.Field(i), v, strict); err != nil {
+				return fmt.Errorf("%s: %w", tag, err)
+			}
 		}
 	}
-	var keys []string
-	for i, tag := range tags {
-		v, ok := m[tag]
-		if !ok && fold {
-			if keys == nil {
-				keys = slices.Sorted(maps.Keys(m))
-			}
-			for _, k := range keys {
-				if strings.EqualFold(k, tag) {
-					v, ok = m[k], true
-					break
-				}
-			}
-		}
-		if !ok {
+	if found == len(m) {
+		return nil
+	}
+	// The other keys are case variants or unknown (reported by
+	// checkKeys): a field without its own key takes a case variant.
+	if strict {
+		return errUnknownKey
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	for i, tag := range fs.tags {
+		if _, ok := m[tag]; ok {
 			continue
 		}
-		if err := fillValue(rv.Field(i), v); err != nil {
-			return fmt.Errorf("%s: %w", tag, err)
+		for _, k := range keys {
+			if strings.EqualFold(k, tag) {
+				if err := fillValue(rv.Field(i), m[k], strict); err != nil {
+					return fmt.Errorf("%s: %w", tag, err)
+				}
+				break
+			}
 		}
 	}
 	return nil
 }
 
-var errShape = errors.New("value of the wrong shape")
+var (
+	errShape      = errors.New("value of the wrong shape")
+	errUnknownKey = errors.New("unknown key")
+)
 
-func fillValue(f reflect.Value, v any) error {
+func fillValue(f reflect.Value, v any, strict bool) error {
 	switch {
 	case f.Type() == valType:
 		*f.Addr().Interface().(*val) = val{v: v, set: true}
@@ -154,25 +172,38 @@ func fillValue(f reflect.Value, v any) error {
 		if !ok {
 			return errShape
 		}
-		return fill(f, sub)
+		return fill(f, sub, strict)
 	case f.Kind() == reflect.Pointer:
 		sub, ok := v.(map[string]any)
 		if !ok {
 			return errShape
 		}
 		p := reflect.New(f.Type().Elem())
-		if err := fill(p.Elem(), sub); err != nil {
+		if err := fill(p.Elem(), sub, strict); err != nil {
 			return err
 		}
 		f.Set(p)
 	case f.Kind() == reflect.Slice:
-		elems, ok := tables(v)
-		if !ok {
+		// [[x]] sections decode as []map[string]any, inline arrays as
+		// []any (see tables).
+		var n int
+		var elem func(i int) (map[string]any, bool)
+		switch v := v.(type) {
+		case []map[string]any:
+			n, elem = len(v), func(i int) (map[string]any, bool) { return v[i], true }
+		case []any:
+			n = len(v)
+			elem = func(i int) (map[string]any, bool) { m, ok := v[i].(map[string]any); return m, ok }
+		default:
 			return errShape
 		}
-		s := reflect.MakeSlice(f.Type(), len(elems), len(elems))
-		for i, e := range elems {
-			if err := fill(s.Index(i), e); err != nil {
+		s := reflect.MakeSlice(f.Type(), n, n)
+		for i := range n {
+			e, ok := elem(i)
+			if !ok {
+				return errShape
+			}
+			if err := fill(s.Index(i), e, strict); err != nil {
 				return err
 			}
 		}
@@ -214,6 +245,11 @@ type converter struct {
 	// quiet counts errors without describing them: at and index build no
 	// paths, and add records errQuiet.
 	quiet bool
+
+	// primeOf and prime are the last table size isPrime tested (0: none)
+	// and its answer.
+	primeOf int64
+	prime   bool
 
 	// What was converted so far, by name: for uniqueness and references.
 	checkByName   map[string]int

@@ -236,19 +236,25 @@ func tomlFields(t reflect.Type) map[string]reflect.Type {
 	return fields
 }
 
-// tagCache holds fieldTags' answer per struct type.
-var tagCache sync.Map // reflect.Type → []string
+// structCache holds fieldsOf's answer per struct type.
+var structCache sync.Map // reflect.Type → *structFields
 
-// fieldTags lists the toml tag of each field of struct type t, in field
-// order.
-func fieldTags(t reflect.Type) []string {
-	if f, ok := tagCache.Load(t); ok {
-		return f.([]string)
+// structFields are the toml tags of a struct's fields, in field order, and
+// the index of each field by tag.
+type structFields struct {
+	tags  []string
+	index map[string]int
+}
+
+func fieldsOf(t reflect.Type) *structFields {
+	if f, ok := structCache.Load(t); ok {
+		return f.(*structFields)
 	}
-	tags := make([]string, t.NumField())
-	for i := range tags {
-		tags[i] = t.Field(i).Tag.Get("toml")
+	fs := &structFields{tags: make([]string, t.NumField()), index: make(map[string]int, t.NumField())}
+	for i := range fs.tags {
+		fs.tags[i] = t.Field(i).Tag.Get("toml")
+		fs.index[fs.tags[i]] = i
 	}
-	tagCache.Store(t, tags)
-	return tags
+	structCache.Store(t, fs)
+	return fs
 }
