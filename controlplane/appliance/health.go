@@ -35,6 +35,10 @@ func healthTargets(cfg *config.Config) ([]healthcheck.Target, map[string][]healt
 	}
 	targets := make([]healthcheck.Target, 0, n)
 	feeds := make(map[string][]healthFeed, n)
+	// A target's feeds start as one element of flat: one allocation for
+	// all instead of one per target (a shared target's grow apart).
+	flat := make([]healthFeed, n)
+	var buf []byte
 	for _, s := range cfg.Services {
 		if s.HealthCheck < 0 || s.HealthCheck >= len(cfg.HealthChecks) {
 			continue // a validated config has none such
@@ -42,11 +46,16 @@ func healthTargets(cfg *config.Config) ([]healthcheck.Target, map[string][]healt
 		ck := cfg.HealthChecks[s.HealthCheck]
 		for _, g := range s.Groups {
 			for _, ep := range g.Endpoints {
-				key := ck.Name + "/" + ep.IP.String()
-				if _, ok := feeds[key]; !ok {
-					targets = append(targets, healthcheck.Target{Key: key, Addr: ep.IP, Check: ck})
+				buf = ep.IP.AppendTo(append(append(buf[:0], ck.Name...), '/'))
+				f := healthFeed{service: s.Name, ip: ep.IP}
+				if fs, ok := feeds[string(buf)]; ok {
+					feeds[string(buf)] = append(fs, f)
+					continue
 				}
-				feeds[key] = append(feeds[key], healthFeed{service: s.Name, ip: ep.IP})
+				key := string(buf)
+				targets = append(targets, healthcheck.Target{Key: key, Addr: ep.IP, Check: ck})
+				flat[0] = f
+				feeds[key], flat = flat[:1:1], flat[1:]
 			}
 		}
 	}
