@@ -70,6 +70,7 @@ e2e:
 FUZZTIME ?= 1000000x
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./config/
+	$(GO) test -run '^$$' -fuzz '^FuzzFastTree$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./config/
 	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./maglev/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./dataplane/packet/
 	$(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./dataplane/

@@ -63,8 +63,21 @@ func (c *converter) convert(r *rawFile) *Config {
 	for i := range r.HealthCheck {
 		cfg.HealthChecks = append(cfg.HealthChecks, c.healthCheck(i, &r.HealthCheck[i]))
 	}
-	c.serviceByName = map[string]int{}
-	c.endpointNames = map[string]endpointRef{}
+	c.serviceByName = make(map[string]int, len(r.BackendService))
+	endpoints, named := 0, false
+	for i := range r.BackendService {
+		for j := range r.BackendService[i].Backend {
+			for k := range r.BackendService[i].Backend[j].Endpoints {
+				endpoints++
+				named = named || r.BackendService[i].Backend[j].Endpoints[k].Name.set
+			}
+		}
+	}
+	c.endpointNames = nil
+	if named {
+		c.endpointNames = make(map[string]endpointRef, endpoints)
+	}
+	cfg.Services = make([]Service, 0, len(r.BackendService))
 	for i := range r.BackendService {
 		cfg.Services = append(cfg.Services, c.service(i, &r.BackendService[i], cfg.HealthChecks))
 	}
@@ -233,32 +246,32 @@ type endpointRef struct {
 }
 
 func (c *converter) service(i int, r *rawService, checks []HealthCheck) Service {
-	p := fmt.Sprintf("backend_service[%d]", i)
+	p := c.index("backend_service", i)
 	s := Service{
-		Name:             c.name(p+".name", r.Name),
-		Protocol:         ServiceProtocol(c.enum(p+".protocol", r.Protocol, svcProtoNames[:], int(ServiceTCP))),
-		Affinity:         Affinity(c.enum(p+".session_affinity", r.SessionAffinity, affinityNames[:], int(AffinityNone))),
-		Locality:         LocalityPolicy(c.enum(p+".locality_lb_policy", r.LocalityLBPolicy, localityNames[:], int(LocalityMaglev))),
+		Name:             c.name(c.at(p, ".name"), r.Name),
+		Protocol:         ServiceProtocol(c.enum(c.at(p, ".protocol"), r.Protocol, svcProtoNames[:], int(ServiceTCP))),
+		Affinity:         Affinity(c.enum(c.at(p, ".session_affinity"), r.SessionAffinity, affinityNames[:], int(AffinityNone))),
+		Locality:         LocalityPolicy(c.enum(c.at(p, ".locality_lb_policy"), r.LocalityLBPolicy, localityNames[:], int(LocalityMaglev))),
 		HealthCheck:      -1,
-		DrainingTimeout:  seconds(c.integer(p+".connection_draining_timeout_sec", r.ConnectionDrainingTimeoutSec, 0, 0, maxDrainingTimeoutSec)),
-		ForwardingMethod: ForwardingMethod(c.enum(p+".forwarding_method", r.ForwardingMethod, methodNames[:], int(ForwardL2DSR))),
-		GUEPort:          uint16(c.integer(p+".gue_port", r.GUEPort, defaultGUEPort, 1, 65535)),
+		DrainingTimeout:  seconds(c.integer(c.at(p, ".connection_draining_timeout_sec"), r.ConnectionDrainingTimeoutSec, 0, 0, maxDrainingTimeoutSec)),
+		ForwardingMethod: ForwardingMethod(c.enum(c.at(p, ".forwarding_method"), r.ForwardingMethod, methodNames[:], int(ForwardL2DSR))),
+		GUEPort:          uint16(c.integer(c.at(p, ".gue_port"), r.GUEPort, defaultGUEPort, 1, 65535)),
 	}
-	c.unique(p+".name", s.Name, "backend_service", i, c.serviceByName)
+	c.unique(c.at(p, ".name"), s.Name, "backend_service", i, c.serviceByName)
 	if r.GUEPort.set && s.ForwardingMethod != ForwardGUE {
-		c.add(p+".gue_port", "applies only to forwarding_method GUE, not %s", s.ForwardingMethod)
+		c.add(c.at(p, ".gue_port"), "applies only to forwarding_method GUE, not %s", s.ForwardingMethod)
 	}
 
 	// Exactly one health check, as in Google Cloud.
-	hp := p + ".health_checks"
+	hp := c.at(p, ".health_checks")
 	if names, ok := c.list(hp, r.HealthChecks); ok {
 		if len(names) != 1 {
 			c.add(hp, "lists %d health checks; exactly one is required", len(names))
-		} else if name := c.str(hp+"[0]", val{v: names[0], set: true}, ""); name != "" {
+		} else if name := c.str(c.index(hp, 0), val{v: names[0], set: true}, ""); name != "" {
 			if j, found := c.checkByName[name]; found {
 				s.HealthCheck = j
 			} else {
-				c.add(hp+"[0]", "no health_check is named %q", name)
+				c.add(c.index(hp, 0), "no health_check is named %q", name)
 			}
 		}
 	} else if !r.HealthChecks.set {
@@ -266,116 +279,161 @@ func (c *converter) service(i int, r *rawService, checks []HealthCheck) Service 
 	}
 	// W1: weights come from the HTTP reply.
 	if s.Locality == LocalityWeightedMaglev && s.HealthCheck >= 0 && checks[s.HealthCheck].Type != CheckHTTP {
-		c.add(p+".locality_lb_policy", "WEIGHTED_MAGLEV needs an HTTP health check; %q is %s",
+		c.add(c.at(p, ".locality_lb_policy"), "WEIGHTED_MAGLEV needs an HTTP health check; %q is %s",
 			checks[s.HealthCheck].Name, checks[s.HealthCheck].Type)
 	}
 
-	tp := p + ".connection_tracking_policy"
+	tp := c.at(p, ".connection_tracking_policy")
 	s.Tracking = TrackingPolicy{
-		Mode:        TrackingMode(c.enum(tp+".tracking_mode", r.Tracking.TrackingMode, trackingNames[:], int(PerConnection))),
-		Persistence: Persistence(c.enum(tp+".connection_persistence_on_unhealthy_backends", r.Tracking.Persistence, persistenceNames[:], int(PersistDefaultForProtocol))),
-		IdleTimeout: seconds(c.integer(tp+".idle_timeout_sec", r.Tracking.IdleTimeout, defaultIdleTimeoutSec, 1, maxIdleTimeoutSec)),
+		Mode:        TrackingMode(c.enum(c.at(tp, ".tracking_mode"), r.Tracking.TrackingMode, trackingNames[:], int(PerConnection))),
+		Persistence: Persistence(c.enum(c.at(tp, ".connection_persistence_on_unhealthy_backends"), r.Tracking.Persistence, persistenceNames[:], int(PersistDefaultForProtocol))),
+		IdleTimeout: seconds(c.integer(c.at(tp, ".idle_timeout_sec"), r.Tracking.IdleTimeout, defaultIdleTimeoutSec, 1, maxIdleTimeoutSec)),
 	}
 	// P1: the table of SPEC §6.1 has no meaning for this pair.
 	if s.Tracking.Persistence == PersistAlways && s.Tracking.Mode == PerSession {
-		c.add(tp+".connection_persistence_on_unhealthy_backends", "ALWAYS_PERSIST is invalid with tracking_mode PER_SESSION")
+		c.add(c.at(tp, ".connection_persistence_on_unhealthy_backends"), "ALWAYS_PERSIST is invalid with tracking_mode PER_SESSION")
 	}
 
-	fp := p + ".failover_policy"
+	fp := c.at(p, ".failover_policy")
 	s.Failover = FailoverPolicy{
-		Ratio:                  c.ratio(fp+".failover_ratio", r.Failover.Ratio, 0),
-		DropTrafficIfUnhealthy: c.boolean(fp+".drop_traffic_if_unhealthy", r.Failover.Drop, false),
-		DisableDrainOnFailover: c.boolean(fp+".disable_connection_drain_on_failover", r.Failover.DisableDrain, false),
+		Ratio:                  c.ratio(c.at(fp, ".failover_ratio"), r.Failover.Ratio, 0),
+		DropTrafficIfUnhealthy: c.boolean(c.at(fp, ".drop_traffic_if_unhealthy"), r.Failover.Drop, false),
+		DisableDrainOnFailover: c.boolean(c.at(fp, ".disable_connection_drain_on_failover"), r.Failover.DisableDrain, false),
 	}
 
 	c.groups(p, &s, r.Backend)
 
-	size := c.integer(p+".maglev_table_size", r.MaglevTableSize, defaultMaglevTableSize, minMaglevTableSize, maxMaglevTableSize)
+	size := c.integer(c.at(p, ".maglev_table_size"), r.MaglevTableSize, defaultMaglevTableSize, minMaglevTableSize, maxMaglevTableSize)
 	s.MaglevTableSize = uint32(size)
-	if !isPrime(size) {
-		c.add(p+".maglev_table_size", "%d is not a prime", size)
+	if !c.isPrime(size) {
+		c.add(c.at(p, ".maglev_table_size"), "%d is not a prime", size)
 	}
 	n := countEndpoints(&s)
 	if size <= 2*int64(n) {
-		c.add(p+".maglev_table_size", "%d is not larger than 2 × %d endpoints", size, n)
+		c.add(c.at(p, ".maglev_table_size"), "%d is not larger than 2 × %d endpoints", size, n)
 	}
 	if n > maxEndpoints {
-		c.add(p+".backend", "has %d endpoints; at most %d are allowed", n, maxEndpoints)
+		c.add(c.at(p, ".backend"), "has %d endpoints; at most %d are allowed", n, maxEndpoints)
 	}
 	return s
 }
 
 func (c *converter) groups(p string, s *Service, raw []rawGroup) {
-	groupNames := map[string]int{}
-	addrs := map[netip.Addr]string{}
+	var groupNames map[string]int
+	if len(raw) > 1 {
+		groupNames = make(map[string]int, len(raw))
+	}
+	n := 0
+	for j := range raw {
+		n += len(raw[j].Endpoints)
+	}
+	// The addresses so far, to find one given twice: few per service, so
+	// a list searched in turn, and a map only for many.
+	var addrs map[netip.Addr]epIndex
+	if n > 16 {
+		addrs = make(map[netip.Addr]epIndex, n)
+	}
+	s.Groups = make([]Group, 0, len(raw))
 	var primary, failover int
 	for j := range raw {
-		gp := fmt.Sprintf("%s.backend[%d]", p, j)
+		gp := c.index(c.at(p, ".backend"), j)
 		g := Group{
-			Name:     c.name(gp+".group", raw[j].Group),
-			Failover: c.boolean(gp+".failover", raw[j].Failover, false),
+			Name:     c.name(c.at(gp, ".group"), raw[j].Group),
+			Failover: c.boolean(c.at(gp, ".failover"), raw[j].Failover, false),
 		}
-		c.unique(gp+".group", g.Name, p+".backend", j, groupNames)
+		if groupNames != nil {
+			c.unique(c.at(gp, ".group"), g.Name, c.at(p, ".backend"), j, groupNames)
+		}
 		if g.Failover {
 			failover++
 		} else {
 			primary++
 		}
 		if len(raw[j].Endpoints) == 0 {
-			c.add(gp+".endpoints", "a group needs at least one endpoint")
+			c.add(c.at(gp, ".endpoints"), "a group needs at least one endpoint")
 		}
+		g.Endpoints = make([]Endpoint, 0, len(raw[j].Endpoints))
 		for k := range raw[j].Endpoints {
-			ep := fmt.Sprintf("%s.endpoints[%d]", gp, k)
-			g.Endpoints = append(g.Endpoints, c.endpoint(ep, &raw[j].Endpoints[k], addrs))
+			ep := c.index(c.at(gp, ".endpoints"), k)
+			e := c.endpoint(ep, &raw[j].Endpoints[k])
+			if e.IP.IsValid() {
+				prev, dup := epIndex{}, false
+				if addrs != nil {
+					if prev, dup = addrs[e.IP]; !dup {
+						addrs[e.IP] = epIndex{j, k}
+					}
+				} else {
+					prev, dup = findEndpoint(s.Groups, g.Endpoints, e.IP, j)
+				}
+				if dup {
+					c.add(c.at(ep, ".ip"), "%s is already an endpoint of this service at %s", e.IP,
+						c.index(c.at(c.index(c.at(p, ".backend"), prev.group), ".endpoints"), prev.endpoint))
+				}
+			}
+			g.Endpoints = append(g.Endpoints, e)
 		}
 		s.Groups = append(s.Groups, g)
 	}
 	// F2.
 	if primary > maxGroupsPerRole {
-		c.add(p+".backend", "has %d primary groups; at most %d are allowed", primary, maxGroupsPerRole)
+		c.add(c.at(p, ".backend"), "has %d primary groups; at most %d are allowed", primary, maxGroupsPerRole)
 	}
 	if failover > maxGroupsPerRole {
-		c.add(p+".backend", "has %d failover groups; at most %d are allowed", failover, maxGroupsPerRole)
+		c.add(c.at(p, ".backend"), "has %d failover groups; at most %d are allowed", failover, maxGroupsPerRole)
 	}
 }
 
-// endpoint converts one endpoint; addrs holds the addresses of its service so
-// far, by path.
-func (c *converter) endpoint(p string, r *rawEndpoint, addrs map[netip.Addr]string) Endpoint {
-	var e Endpoint
-	e.IP = c.requiredHostAddr(p+".ip", r.IP)
-	if e.IP.IsValid() {
-		if prev, dup := addrs[e.IP]; dup {
-			c.add(p+".ip", "%s is already an endpoint of this service at %s", e.IP, prev)
-		} else {
-			addrs[e.IP] = p
+// epIndex is where an endpoint is in its service: group and endpoint.
+type epIndex struct{ group, endpoint int }
+
+// findEndpoint finds the first endpoint with address ip among the groups
+// before group j and then eps, group j's so far.
+func findEndpoint(groups []Group, eps []Endpoint, ip netip.Addr, j int) (epIndex, bool) {
+	for gi, g := range groups {
+		for k, e := range g.Endpoints {
+			if e.IP == ip {
+				return epIndex{gi, k}, true
+			}
 		}
 	}
+	for k, e := range eps {
+		if e.IP == ip {
+			return epIndex{j, k}, true
+		}
+	}
+	return epIndex{}, false
+}
+
+// endpoint converts one endpoint.
+func (c *converter) endpoint(p string, r *rawEndpoint) Endpoint {
+	var e Endpoint
+	e.IP = c.requiredHostAddr(c.at(p, ".ip"), r.IP)
 
 	// An unnamed endpoint is named after its address. The same address may
 	// back several services, so such default names may repeat; a name
-	// written in the file must be unique across the file.
+	// written in the file must be unique across the file (endpointNames
+	// is nil when the file names none: nothing can repeat one).
 	explicit := r.Name.set
 	if explicit {
-		e.Name = c.name(p+".name", r.Name)
+		e.Name = c.name(c.at(p, ".name"), r.Name)
 	} else if e.IP.IsValid() {
 		e.Name = e.IP.String()
 	}
-	if e.Name != "" {
+	if e.Name != "" && c.endpointNames != nil {
 		if prev, dup := c.endpointNames[e.Name]; dup && (explicit || prev.explicit) {
-			c.add(p+".name", "%q is already the name of %s", e.Name, prev.path)
+			c.add(c.at(p, ".name"), "%q is already the name of %s", e.Name, prev.path)
 		} else if !dup {
 			c.endpointNames[e.Name] = endpointRef{path: p, explicit: explicit}
 		}
 	}
 
-	if mac, ok := c.text(p+".mac", r.MAC); ok {
+	if mac, ok := c.text(c.at(p, ".mac"), r.MAC); ok {
 		hw, ok := parseMAC(mac)
 		switch {
 		case !ok:
-			c.add(p+".mac", "%q is not a MAC address like 02:00:00:00:00:12", mac)
+			c.add(c.at(p, ".mac"), "%q is not a MAC address like 02:00:00:00:00:12", mac)
 		case hw[0]&1 != 0 || hw == [6]byte{}:
-			c.add(p+".mac", "%s is not a unicast MAC address", mac)
+			c.add(c.at(p, ".mac"), "%s is not a unicast MAC address", mac)
 		default:
 			e.MAC, e.HasMAC = hw, true
 		}
@@ -431,6 +489,15 @@ func parseMAC(s string) (hw [6]byte, ok bool) {
 		hw[i] = byte(n)
 	}
 	return hw, true
+}
+
+// isPrime is isPrime(n), remembering the last answer: a file's services
+// mostly share one table size, and a division is slow.
+func (c *converter) isPrime(n int64) bool {
+	if c.primeOf != n || n == 0 {
+		c.primeOf, c.prime = n, isPrime(n)
+	}
+	return c.prime
 }
 
 // isPrime tests by trial division: table sizes are at most 2^24.

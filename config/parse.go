@@ -31,11 +31,71 @@ func Load(path string) (*Config, error) {
 // errors; it may be ""). It returns a Config with every default filled in and
 // every reference resolved, or Errors listing every problem found.
 func Parse(path string, data []byte) (*Config, error) {
-	src := string(data)
-	// One decoding, kept as one undecoded value per top-level key: each
-	// is turned into a generic tree, in which checkKeys finds unknown keys
-	// and misshapen tables, and then into the typed rawFile, without
-	// parsing the text again.
+	tree, ok := fastTree(data)
+	if !ok {
+		var errs Errors
+		if tree, errs = libraryTree(path, string(data)); errs != nil {
+			return nil, errs
+		}
+	}
+	// A first pass only counts errors: a valid file does not pay for the
+	// field paths, lines and messages that describe them. The tree is not
+	// changed by a pass, so a file with errors is checked again, in full.
+	if cfg := (&converter{file: path, quiet: true}).check(tree); cfg != nil {
+		cfg.Path = path
+		return cfg, nil
+	}
+	c := &converter{file: path, src: string(data)}
+	c.check(tree)
+	if len(c.errs) == 0 {
+		// Cannot be: both passes run the same checks.
+		c.errs = append(c.errs, &Error{File: path, Msg: "invalid configuration"})
+	}
+	return nil, c.sorted()
+}
+
+// check checks the decoded file and converts it: the Config when it is
+// valid, else nil with the errors in c.errs.
+func (c *converter) check(tree map[string]any) *Config {
+	var raw rawFile
+	if c.quiet {
+		// Unknown keys and misshapen tables fail a strict fill, in the
+		// same walk of the tree; the full pass names them.
+		if err := fill(reflect.ValueOf(&raw).Elem(), tree, true); err != nil {
+			c.add("", "%v", err)
+			return nil
+		}
+		return c.converted(&raw)
+	}
+	if !c.checkKeys(tree, reflect.TypeFor[rawFile](), "") {
+		return nil
+	}
+	if err := fill(reflect.ValueOf(&raw).Elem(), tree, false); err != nil {
+		// The decoder matches field names case-insensitively, so a case
+		// variant of a known key (reported above as unknown) can still fail
+		// it; nothing else should.
+		if len(c.errs) == 0 {
+			c.errs = append(c.errs, decodeError(c.file, err))
+		}
+		return nil
+	}
+	return c.converted(&raw)
+}
+
+// converted is raw's Config, or nil when it has errors.
+func (c *converter) converted(raw *rawFile) *Config {
+	cfg := c.convert(raw)
+	if len(c.errs) > 0 {
+		return nil
+	}
+	return cfg
+}
+
+// libraryTree decodes src with BurntSushi/toml: one decoding, kept as one
+// undecoded value per top-level key, each then turned into a generic tree,
+// in which checkKeys finds unknown keys and misshapen tables, and then into
+// the typed rawFile, without parsing the text again.
+func libraryTree(path, src string) (map[string]any, Errors) {
 	var top map[string]toml.Primitive
 	md, err := toml.Decode(src, &top)
 	if err != nil {
@@ -49,27 +109,7 @@ func Parse(path string, data []byte) (*Config, error) {
 		}
 		tree[k] = v
 	}
-	// Lines are found only for errors: a valid file does not pay for it.
-	c := &converter{file: path, src: src}
-	if !c.checkKeys(tree, reflect.TypeFor[rawFile](), "") {
-		return nil, c.sorted()
-	}
-	var raw rawFile
-	if err := fill(reflect.ValueOf(&raw).Elem(), tree); err != nil {
-		// The decoder matches field names case-insensitively, so a case
-		// variant of a known key (reported above as unknown) can still fail
-		// it; nothing else should.
-		if len(c.errs) == 0 {
-			c.errs = append(c.errs, decodeError(path, err))
-		}
-		return nil, c.sorted()
-	}
-	cfg := c.convert(&raw)
-	if len(c.errs) > 0 {
-		return nil, c.sorted()
-	}
-	cfg.Path = path
-	return cfg, nil
+	return tree, nil
 }
 
 // fill sets the fields of struct rv from table m as the TOML decoder would
@@ -79,37 +119,51 @@ func Parse(path string, data []byte) (*Config, error) {
 // any value, a struct a table, a slice of structs an array of tables, a
 // pointer to a struct a table. A value of another shape (possible only
 // under a case variant of a key, which checkKeys reported as unknown) is an
-// error, as it is for the decoder.
-func fill(rv reflect.Value, m map[string]any) error {
-	rt := rv.Type()
-	var keys []string
-	for i := range rt.NumField() {
-		tag := rt.Field(i).Tag.Get("toml")
-		v, ok := m[tag]
-		if !ok {
-			if keys == nil {
-				keys = slices.Sorted(maps.Keys(m))
-			}
-			for _, k := range keys {
-				if strings.EqualFold(k, tag) {
-					v, ok = m[k], true
-					break
-				}
+// error, as it is for the decoder. strict fill fails at any key that is
+// not a field's own (errUnknownKey) and at any value of the wrong shape:
+// at the errors checkKeys would report.
+func fill(rv reflect.Value, m map[string]any, strict bool) error {
+	fs := fieldsOf(rv.Type())
+	found := 0
+	for i, tag := range fs.tags {
+		if v, ok := m[tag]; ok {
+			found++
+			if err := fillValue(rv.Field(i), v, strict); err != nil {
+				return fmt.Errorf("%s: %w", tag, err)
 			}
 		}
-		if !ok {
+	}
+	if found == len(m) {
+		return nil
+	}
+	// The other keys are case variants or unknown (reported by
+	// checkKeys): a field without its own key takes a case variant.
+	if strict {
+		return errUnknownKey
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	for i, tag := range fs.tags {
+		if _, ok := m[tag]; ok {
 			continue
 		}
-		if err := fillValue(rv.Field(i), v); err != nil {
-			return fmt.Errorf("%s: %w", tag, err)
+		for _, k := range keys {
+			if strings.EqualFold(k, tag) {
+				if err := fillValue(rv.Field(i), m[k], strict); err != nil {
+					return fmt.Errorf("%s: %w", tag, err)
+				}
+				break
+			}
 		}
 	}
 	return nil
 }
 
-var errShape = errors.New("value of the wrong shape")
+var (
+	errShape      = errors.New("value of the wrong shape")
+	errUnknownKey = errors.New("unknown key")
+)
 
-func fillValue(f reflect.Value, v any) error {
+func fillValue(f reflect.Value, v any, strict bool) error {
 	switch {
 	case f.Type() == valType:
 		*f.Addr().Interface().(*val) = val{v: v, set: true}
@@ -118,25 +172,38 @@ func fillValue(f reflect.Value, v any) error {
 		if !ok {
 			return errShape
 		}
-		return fill(f, sub)
+		return fill(f, sub, strict)
 	case f.Kind() == reflect.Pointer:
 		sub, ok := v.(map[string]any)
 		if !ok {
 			return errShape
 		}
 		p := reflect.New(f.Type().Elem())
-		if err := fill(p.Elem(), sub); err != nil {
+		if err := fill(p.Elem(), sub, strict); err != nil {
 			return err
 		}
 		f.Set(p)
 	case f.Kind() == reflect.Slice:
-		elems, ok := tables(v)
-		if !ok {
+		// [[x]] sections decode as []map[string]any, inline arrays as
+		// []any (see tables).
+		var n int
+		var elem func(i int) (map[string]any, bool)
+		switch v := v.(type) {
+		case []map[string]any:
+			n, elem = len(v), func(i int) (map[string]any, bool) { return v[i], true }
+		case []any:
+			n = len(v)
+			elem = func(i int) (map[string]any, bool) { m, ok := v[i].(map[string]any); return m, ok }
+		default:
 			return errShape
 		}
-		s := reflect.MakeSlice(f.Type(), len(elems), len(elems))
-		for i, e := range elems {
-			if err := fill(s.Index(i), e); err != nil {
+		s := reflect.MakeSlice(f.Type(), n, n)
+		for i := range n {
+			e, ok := elem(i)
+			if !ok {
+				return errShape
+			}
+			if err := fill(s.Index(i), e, strict); err != nil {
 				return err
 			}
 		}
@@ -175,6 +242,14 @@ type converter struct {
 	src   string
 	lines lineIndex // of src, made by the first error
 	errs  Errors
+	// quiet counts errors without describing them: at and index build no
+	// paths, and add records errQuiet.
+	quiet bool
+
+	// primeOf and prime are the last table size isPrime tested (0: none)
+	// and its answer.
+	primeOf int64
+	prime   bool
 
 	// What was converted so far, by name: for uniqueness and references.
 	checkByName   map[string]int
@@ -182,8 +257,15 @@ type converter struct {
 	endpointNames map[string]endpointRef
 }
 
+// errQuiet stands for every error of a quiet pass.
+var errQuiet = &Error{Msg: "invalid configuration"}
+
 // add records an error at a field path, locating it in the file.
 func (c *converter) add(path, format string, args ...any) {
+	if c.quiet {
+		c.errs = append(c.errs, errQuiet)
+		return
+	}
 	if c.lines == nil {
 		c.lines = locate(c.src)
 	}
@@ -193,6 +275,24 @@ func (c *converter) add(path, format string, args ...any) {
 		Field: path,
 		Msg:   fmt.Sprintf(format, args...),
 	})
+}
+
+// at is the path of field (".name") of the table at path p; "" in a quiet
+// pass.
+func (c *converter) at(p, field string) string {
+	if c.quiet {
+		return ""
+	}
+	return p + field
+}
+
+// index is the path of element i of the array at path p; "" in a quiet
+// pass.
+func (c *converter) index(p string, i int) string {
+	if c.quiet {
+		return ""
+	}
+	return p + "[" + strconv.Itoa(i) + "]"
 }
 
 // joinPath appends key to a field path, quoting keys that are not bare TOML

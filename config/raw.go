@@ -2,9 +2,9 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 )
@@ -145,18 +145,16 @@ var valType = reflect.TypeFor[val]()
 // decoding into rawFile cannot fail. It reports whether the shapes were right.
 func (c *converter) checkKeys(m map[string]any, t reflect.Type, path string) bool {
 	fields := tomlFields(t)
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	ok := true
-	for _, k := range keys {
+	check := func(k string) {
 		ft, known := fields[k]
 		if known && ft == valType {
-			continue // a leaf: its type is checked during conversion
+			return // a leaf: its type is checked during conversion
 		}
-		p := joinPath(path, k)
+		p := ""
+		if !c.quiet {
+			p = joinPath(path, k)
+		}
 		if known && ft.Kind() == reflect.Pointer {
 			ft = ft.Elem() // an optional table
 		}
@@ -174,7 +172,7 @@ func (c *converter) checkKeys(m map[string]any, t reflect.Type, path string) boo
 			if !isTable {
 				c.add(p, "expected a table, got %s", show(m[k]))
 				ok = false
-				continue
+				return
 			}
 			ok = c.checkKeys(sub, ft, p) && ok
 		case ft.Kind() == reflect.Slice:
@@ -182,12 +180,22 @@ func (c *converter) checkKeys(m map[string]any, t reflect.Type, path string) boo
 			if !isTables {
 				c.add(p, "expected an array of tables, got %s", show(m[k]))
 				ok = false
-				continue
+				return
 			}
 			for i, e := range elems {
-				ok = c.checkKeys(e, ft.Elem(), p+"["+strconv.Itoa(i)+"]") && ok
+				ok = c.checkKeys(e, ft.Elem(), c.index(p, i)) && ok
 			}
 		}
+	}
+	if c.quiet {
+		// Errors are only counted: any order will do.
+		for k := range m {
+			check(k)
+		}
+		return ok
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		check(k)
 	}
 	return ok
 }
@@ -228,4 +236,27 @@ func tomlFields(t reflect.Type) map[string]reflect.Type {
 	}
 	fieldCache.Store(t, fields)
 	return fields
+}
+
+// structCache holds fieldsOf's answer per struct type.
+var structCache sync.Map // reflect.Type → *structFields
+
+// structFields are the toml tags of a struct's fields, in field order, and
+// the index of each field by tag.
+type structFields struct {
+	tags  []string
+	index map[string]int
+}
+
+func fieldsOf(t reflect.Type) *structFields {
+	if f, ok := structCache.Load(t); ok {
+		return f.(*structFields)
+	}
+	fs := &structFields{tags: make([]string, t.NumField()), index: make(map[string]int, t.NumField())}
+	for i := range fs.tags {
+		fs.tags[i] = t.Field(i).Tag.Get("toml")
+		fs.index[fs.tags[i]] = i
+	}
+	structCache.Store(t, fs)
+	return fs
 }

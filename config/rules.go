@@ -35,19 +35,20 @@ var serviceProtocolFor = [...]ServiceProtocol{
 }
 
 func (c *converter) rules(cfg *Config, raw []rawRule) {
-	byName := map[string]int{}
+	byName := make(map[string]int, len(raw))
 	// The earlier spans of each VIP and protocol, in file order: FR7 only
 	// compares rules that share both, so the check is linear in the file.
-	spans := map[spanKey][]portSpan{}
+	spans := make(map[spanKey][]portSpan, len(raw))
+	cfg.Rules = make([]ForwardingRule, 0, len(raw))
 	for i := range raw {
 		r := &raw[i]
-		p := fmt.Sprintf("forwarding_rule[%d]", i)
-		fr := ForwardingRule{Name: c.name(p+".name", r.Name), Service: -1}
-		c.unique(p+".name", fr.Name, "forwarding_rule", i, byName)
-		fr.VIP = c.requiredHostAddr(p+".ip_address", r.IPAddress)
+		p := c.index("forwarding_rule", i)
+		fr := ForwardingRule{Name: c.name(c.at(p, ".name"), r.Name), Service: -1}
+		c.unique(c.at(p, ".name"), fr.Name, "forwarding_rule", i, byName)
+		fr.VIP = c.requiredHostAddr(c.at(p, ".ip_address"), r.IPAddress)
 		proto := -1
-		if c.required(p+".ip_protocol", r.IPProtocol) {
-			proto = c.enum(p+".ip_protocol", r.IPProtocol, ruleProtoNames[:], -1)
+		if c.required(c.at(p, ".ip_protocol"), r.IPProtocol) {
+			proto = c.enum(c.at(p, ".ip_protocol"), r.IPProtocol, ruleProtoNames[:], -1)
 		}
 		fr.Protocol = RuleProtocol(max(0, proto))
 
@@ -61,7 +62,7 @@ func (c *converter) rules(cfg *Config, raw []rawRule) {
 		}
 		c.sourceRanges(p, r, &fr)
 
-		bp := p + ".backend_service"
+		bp := c.at(p, ".backend_service")
 		if c.required(bp, r.BackendService) {
 			if name, ok := c.text(bp, r.BackendService); ok {
 				if j, found := c.serviceByName[name]; !found {
@@ -83,7 +84,7 @@ func (c *converter) rules(cfg *Config, raw []rawRule) {
 // rule protocol, -1 when unknown.
 func (c *converter) ports(p string, r *rawRule, fr *ForwardingRule, proto int) portSpan {
 	span := portSpan{vip: fr.VIP, proto: RuleProtocol(max(0, proto))}
-	allPorts := c.boolean(p+".all_ports", r.AllPorts, false)
+	allPorts := c.boolean(c.at(p, ".all_ports"), r.AllPorts, false)
 	var given []string // in the order the checks below blame them
 	if r.Ports.set {
 		given = append(given, "ports")
@@ -95,19 +96,19 @@ func (c *converter) ports(p string, r *rawRule, fr *ForwardingRule, proto int) p
 		given = append(given, "all_ports")
 	}
 	if len(given) > 1 {
-		c.add(p+"."+given[1], "%s are mutually exclusive; set only one", strings.Join(given, " and "))
+		c.add(c.at(p, "."+given[1]), "%s are mutually exclusive; set only one", strings.Join(given, " and "))
 		return span
 	}
 
-	if list, ok := c.list(p+".ports", r.Ports); ok {
+	if list, ok := c.list(c.at(p, ".ports"), r.Ports); ok {
 		switch {
 		case len(list) == 0:
-			c.add(p+".ports", "lists no port")
+			c.add(c.at(p, ".ports"), "lists no port")
 		case len(list) > maxPortsPerRule:
-			c.add(p+".ports", "lists %d ports or ranges; at most %d are allowed", len(list), maxPortsPerRule)
+			c.add(c.at(p, ".ports"), "lists %d ports or ranges; at most %d are allowed", len(list), maxPortsPerRule)
 		}
 		for k, e := range list {
-			ep := fmt.Sprintf("%s.ports[%d]", p, k)
+			ep := c.index(c.at(p, ".ports"), k)
 			s, ok := c.text(ep, val{v: e, set: true})
 			if !ok {
 				continue
@@ -126,17 +127,17 @@ func (c *converter) ports(p string, r *rawRule, fr *ForwardingRule, proto int) p
 			span.paths = append(span.paths, ep)
 		}
 	}
-	if s, ok := c.text(p+".port_range", r.PortRange); ok {
+	if s, ok := c.text(c.at(p, ".port_range"), r.PortRange); ok {
 		if s == allPortsRange {
-			span.all, span.allPath = true, p+".port_range"
-		} else if pr, ok := c.portRange(p+".port_range", s); ok {
+			span.all, span.allPath = true, c.at(p, ".port_range")
+		} else if pr, ok := c.portRange(c.at(p, ".port_range"), s); ok {
 			span.ranges = []PortRange{pr}
 			span.texts = []string{s}
-			span.paths = []string{p + ".port_range"}
+			span.paths = []string{c.at(p, ".port_range")}
 		}
 	}
 	if allPorts {
-		span.all, span.allPath = true, p+".all_ports"
+		span.all, span.allPath = true, c.at(p, ".all_ports")
 	}
 
 	switch {
@@ -144,14 +145,14 @@ func (c *converter) ports(p string, r *rawRule, fr *ForwardingRule, proto int) p
 		// L3_DEFAULT always takes every port; FR7 asks for it to be said.
 		if !allPorts {
 			if len(given) == 1 {
-				c.add(p+"."+given[0], "an L3_DEFAULT rule takes all ports; set all_ports = true instead")
+				c.add(c.at(p, "."+given[0]), "an L3_DEFAULT rule takes all ports; set all_ports = true instead")
 			} else {
-				c.add(p+".all_ports", "an L3_DEFAULT rule needs all_ports = true")
+				c.add(c.at(p, ".all_ports"), "an L3_DEFAULT rule needs all_ports = true")
 			}
 		}
-		span.all, span.allPath = true, p+".all_ports"
+		span.all, span.allPath = true, c.at(p, ".all_ports")
 	case proto >= 0 && len(given) == 0:
-		c.add(p+".ports", "required: a %s rule needs ports, port_range or all_ports = true", RuleProtocol(proto))
+		c.add(c.at(p, ".ports"), "required: a %s rule needs ports, port_range or all_ports = true", RuleProtocol(proto))
 	}
 	if span.all {
 		fr.AllPorts = true
@@ -225,7 +226,7 @@ func (c *converter) overlaps(s portSpan, earlier []portSpan, rules []ForwardingR
 
 // sourceRanges reads the allow-list of FR6.
 func (c *converter) sourceRanges(p string, r *rawRule, fr *ForwardingRule) {
-	sp := p + ".source_ip_ranges"
+	sp := c.at(p, ".source_ip_ranges")
 	list, ok := c.list(sp, r.SourceIPRanges)
 	if !ok {
 		return
@@ -234,7 +235,7 @@ func (c *converter) sourceRanges(p string, r *rawRule, fr *ForwardingRule) {
 		c.add(sp, "lists %d ranges; at most %d are allowed", len(list), maxSourceRanges)
 	}
 	for k, e := range list {
-		ep := fmt.Sprintf("%s[%d]", sp, k)
+		ep := c.index(sp, k)
 		s, ok := c.text(ep, val{v: e, set: true})
 		if !ok {
 			continue

@@ -254,6 +254,11 @@ func TestGroupAndEndpointValidation(t *testing.T) {
 		{"AddressOncePerService", file(hcHTTP, svcWeb, groupA, "[[backend_service.backend]]", `group = "b"`,
 			`endpoints = [ { name = "x", ip = "10.0.0.1" } ] # <-`, ruleWeb),
 			"backend_service[0].backend[1].endpoints[0].ip", "10.0.0.1 is already an endpoint of this service at backend_service[0].backend[0].endpoints[0]", false},
+		// More than 16 endpoints: found through a map instead of a search.
+		{"AddressOncePerServiceOfMany", file(hcHTTP, svcWeb, "[[backend_service.backend]]", `group = "a"`,
+			"endpoints = ["+manyEndpoints(20)+"]", "[[backend_service.backend]]", `group = "b"`,
+			`endpoints = [ { ip = "10.0.2.3" }, { ip = "10.0.1.19" } ] # <-`, ruleWeb),
+			"backend_service[0].backend[1].endpoints[1].ip", "10.0.1.19 is already an endpoint of this service at backend_service[0].backend[0].endpoints[19]", false},
 		{"NameUniqueAcrossFile", twoServices(`{ name = "b1", ip = "10.0.0.1" }`, `{ name = "b1", ip = "10.0.0.2" }`),
 			"backend_service[1].backend[0].endpoints[0].name", `"b1" is already the name of backend_service[0].backend[0].endpoints[0]`, false},
 		{"NameClashesWithDefaultName", twoServices(`{ ip = "10.0.0.1" }`, `{ name = "10.0.0.1", ip = "10.0.0.2" }`),
@@ -495,4 +500,13 @@ func TestL2DSRFamilies(t *testing.T) {
 	}
 	// A service no rule routes to has no VIP family to match.
 	mustParse(t, file(hcHTTP, svcWeb, "[[backend_service.backend]]", `group = "a"`, `endpoints = [{ ip = "2001:db8::2" }]`))
+}
+
+// manyEndpoints lists n endpoints, 10.0.1.0 to 10.0.1.(n-1), inline.
+func manyEndpoints(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, `{ ip = "10.0.1.%d" }, `, i)
+	}
+	return b.String()
 }

@@ -1,11 +1,12 @@
 package controlplane
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/netip"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -412,11 +413,17 @@ func (c *ControlPlane) publish(now int64) {
 	s := &dataplane.Snapshot{Gen: c.gen, Local: c.opts.Local}
 
 	s.Backends = make([]*dataplane.Backend, len(c.slots))
+	// A service's backends mostly sit in consecutive slots: its state is
+	// looked up once per run of them.
+	var st *serviceState
+	stName := ""
 	for slot, b := range c.slots {
 		if b == nil {
 			continue
 		}
-		st := c.services[b.service]
+		if st == nil || b.service != stName {
+			st, stName = c.services[b.service], b.service
+		}
 		db := &dataplane.Backend{
 			Ref:            b.ref,
 			Name:           b.ep.Name,
@@ -450,8 +457,14 @@ func (c *ControlPlane) publish(now int64) {
 		s.Services[st.id] = c.buildService(st, s)
 	}
 
-	byVIP := map[netip.Addr]*dataplane.VIPRules{}
-	var vips []netip.Addr
+	byVIP := make(map[netip.Addr]*dataplane.VIPRules, len(c.cfg.Rules))
+	vips := make([]netip.Addr, 0, len(c.cfg.Rules))
+	// The ID of each service of the configuration, by index: rules refer
+	// to services by index, many rules to one.
+	ids := make([]uint16, len(c.cfg.Services))
+	for i, cs := range c.cfg.Services {
+		ids[i] = c.services[cs.Name].id
+	}
 	for i, r := range c.cfg.Rules {
 		vr, ok := byVIP[r.VIP]
 		if !ok {
@@ -462,19 +475,24 @@ func (c *ControlPlane) publish(now int64) {
 		dr := dataplane.Rule{
 			Name: r.Name, Index: i, VIP: r.VIP, Protocol: r.Protocol,
 			AllPorts: r.AllPorts, Ports: r.Ports,
-			Service: c.services[c.cfg.Services[r.Service].Name].id,
+			Service: ids[r.Service],
 		}
 		for _, p := range r.SourceRanges {
 			dr.Sources = append(dr.Sources, dataplane.MakePrefix(p))
 		}
 		vr.Rules = append(vr.Rules, dr)
 	}
+	if len(vips) > 0 {
+		s.Rules = make([]*dataplane.VIPRules, 0, len(vips))
+	}
 	for _, v := range vips {
 		vr := byVIP[v]
 		// Protocol-specific rules first, L3_DEFAULT last (FR2).
-		sort.SliceStable(vr.Rules, func(i, j int) bool {
-			return vr.Rules[i].Protocol != config.RuleL3Default && vr.Rules[j].Protocol == config.RuleL3Default
-		})
+		if len(vr.Rules) > 1 {
+			slices.SortStableFunc(vr.Rules, func(a, b dataplane.Rule) int {
+				return cmp.Compare(b2i(a.Protocol == config.RuleL3Default), b2i(b.Protocol == config.RuleL3Default))
+			})
+		}
 		s.Rules = append(s.Rules, vr)
 	}
 	s.IndexVIPs()
@@ -607,4 +625,11 @@ func SyntheticMAC(ip netip.Addr) [6]byte {
 	h.Write(b[:])
 	v := h.Sum32()
 	return [6]byte{0x02, 0x00, byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -124,29 +124,38 @@ func (c *Checker) Set(targets []Target) error {
 	defer c.mu.Unlock()
 	// Probers only for the targets that are new or changed: a reload keeps
 	// most of them as they are.
-	probers := map[string]prober{}
+	type change struct {
+		t Target
+		p prober
+	}
+	var changes []change
+	present := 0 // targets with a key c.targets has
 	for _, t := range targets {
-		if old, ok := c.targets[t.Key]; ok && old.t == t {
-			continue
+		old, ok := c.targets[t.Key]
+		if ok {
+			present++
+			if old.t == t {
+				continue
+			}
 		}
 		p, err := c.newProber(t)
 		if err != nil {
 			return fmt.Errorf("healthcheck: target %q: %w", t.Key, err)
 		}
-		probers[t.Key] = p
+		changes = append(changes, change{t, p})
 	}
-	for key, old := range c.targets {
-		if _, ok := next[key]; !ok {
-			c.stop(old)
-			delete(c.targets, key)
+	if present < len(c.targets) {
+		for key, old := range c.targets {
+			if _, ok := next[key]; !ok {
+				c.stop(old)
+				delete(c.targets, key)
+			}
 		}
 	}
-	for key, t := range next {
-		old, ok := c.targets[key]
-		if ok && old.t == t {
-			continue
-		}
-		nt := &target{t: t, prober: probers[key]}
+	for _, ch := range changes {
+		t := ch.t
+		old, ok := c.targets[t.Key]
+		nt := &target{t: t, prober: ch.p}
 		nt.unproven.Store(true)
 		if ok {
 			c.stop(old)
@@ -155,7 +164,7 @@ func (c *Checker) Set(targets []Target) error {
 				nt.unproven.Store(old.unproven.Load())
 			}
 		}
-		c.targets[key] = nt
+		c.targets[t.Key] = nt
 		if c.ctx != nil && c.ctx.Err() == nil {
 			c.start(nt)
 		}

@@ -81,11 +81,18 @@ type Point struct {
 	// change costs).
 	Snapshot Timing `json:"snapshot"`
 	// ReloadMs: a whole reload that replaces one backend in 1 % of the
-	// services: validate, VIP list, health-check Set, control plane
-	// Apply (their tables rebuilt).
+	// services and moves 1 % of the VIPs: validate, VIP map, health-check
+	// Set, control plane Apply (their tables rebuilt), stale VIPs.
 	Reload Timing `json:"reload"`
 	// HealthSetMs: the checker's Set of every target alone, all kept.
 	HealthSet Timing `json:"health_set"`
+	// VIPMapSet: the VIP map's SetVIPs of every VIP alone, 1 % of them
+	// moved (a reload sets it twice: the union of old and new VIPs, then
+	// the new).
+	VIPMapSet Timing `json:"vip_map_set"`
+	// VIPMap says what the VIP map of the reload was: the XDP program's,
+	// or a stand-in and why.
+	VIPMap string `json:"vip_map"`
 	// HeapBeyondTablesMB: heap and goroutine stacks held by the running
 	// configuration, control plane, snapshot and checker, minus the tables.
 	HeapBeyondTablesMB float64 `json:"heap_beyond_tables_mb"`
@@ -211,8 +218,14 @@ var sizeClasses = []uint64{8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160, 17
 	2304, 2688, 3072, 3200, 3456, 4096, 4864, 5376, 6144, 6528, 6784, 6912, 8192, 9472, 9728, 10240, 10880,
 	12288, 13568, 14336, 16384, 18432, 19072, 20480, 21760, 24576, 27264, 28672, 32768}
 
-// vipSet stands in for the XDP program's VIP map: the set of keys it would
-// hold, rebuilt on every call as xdpprog.SetVIPs builds its own.
+// vipSetter is the XDP program's VIP map, or a stand-in.
+type vipSetter interface {
+	SetVIPs([]netip.Addr) error
+}
+
+// vipSet stands in for the XDP program's VIP map where it cannot be
+// loaded: the set of keys it would hold, rebuilt on every call as
+// xdpprog.SetVIPs builds its own.
 type vipSet struct{ m map[netip.Addr]struct{} }
 
 func (v *vipSet) SetVIPs(as []netip.Addr) error {
@@ -224,10 +237,21 @@ func (v *vipSet) SetVIPs(as []netip.Addr) error {
 	return nil
 }
 
+// vipMap returns the XDP program's VIP map when it can be loaded (root or
+// CAP_BPF), else the stand-in; what says which, and why.
+func vipMap() (v vipSetter, closeMap func(), what string) {
+	v, closeMap, what, err := openVIPMap()
+	if err != nil {
+		return &vipSet{}, func() {}, "a stand-in that builds the set of keys (" + err.Error() + ")"
+	}
+	return v, closeMap, what
+}
+
 func measure(cfg Config, n int) (Point, error) {
 	gen := Gen{VIPs: n, Backends: cfg.Backends, TableSize: cfg.TableSize, CheckIntervalSec: 300}
 	changed := gen
 	changed.Changed = max(1, n/100)
+	changed.MovedVIPs = changed.Changed
 	data, data2 := gen.Config(), changed.Config()
 	p := Point{VIPs: n, Backends: gen.TotalBackends(), ConfigBytes: len(data)}
 	base := inUse()
@@ -271,7 +295,39 @@ func measure(cfg Config, n int) (Point, error) {
 		return p, err
 	}
 
-	vips := &vipSet{}
+	vips, closeMap, what := vipMap()
+	defer closeMap()
+	p.VIPMap = what
+	allVIPs := make([]netip.Addr, 0, n)
+	seen := make(map[netip.Addr]bool, n)
+	for _, r := range cfg1.Rules {
+		if !seen[r.VIP] {
+			seen[r.VIP] = true
+			allVIPs = append(allVIPs, r.VIP)
+		}
+	}
+	if err := vips.SetVIPs(allVIPs); err != nil {
+		return p, err
+	}
+	// Each timed Set moves 1 % of the VIPs, or moves them back.
+	moved := make([]netip.Addr, n)
+	for i := range moved {
+		moved[i] = changed.VIP(i)
+	}
+	k := 0
+	p.VIPMapSet, err = timed(cfg.Reps, func() error {
+		k++
+		if k%2 == 1 {
+			return vips.SetVIPs(moved)
+		}
+		return vips.SetVIPs(allVIPs)
+	})
+	if err != nil {
+		return p, err
+	}
+	if err := vips.SetVIPs(allVIPs); err != nil {
+		return p, err
+	}
 	steps := appliance.NewReloadSteps(cfg1, vips, hc, cp, func() int64 { return 0 })
 	i := 0
 	p.Reload, err = timed(cfg.Reps, func() error {

@@ -79,12 +79,20 @@ func TestReloadSteps(t *testing.T) {
 	vips := &vipSet{}
 	steps := appliance.NewReloadSteps(cfg, vips, hc, cp, func() int64 { return 1 })
 	changed := g
-	changed.Changed = 10
+	changed.Changed, changed.MovedVIPs = 10, 10
 	if err := steps.Reload(func() (*config.Config, error) { return config.Parse("gen.toml", changed.Config()) }); err != nil {
 		t.Fatal(err)
 	}
 	if len(vips.m) != 1000 {
 		t.Errorf("%d VIPs in the map", len(vips.m))
+	}
+	for _, i := range []int{0, 9, 10, 999} {
+		if _, in := vips.m[changed.VIP(i)]; !in {
+			t.Errorf("VIP %d (%v) is not in the map", i, changed.VIP(i))
+		}
+	}
+	if _, in := vips.m[g.VIP(0)]; in || changed.VIP(0) == g.VIP(0) || changed.VIP(10) != g.VIP(10) {
+		t.Errorf("VIP 0 did not move: %v, %v", g.VIP(0), changed.VIP(0))
 	}
 	snap := cp.Snapshot()
 	var live, removed int

@@ -13,7 +13,8 @@ import (
 // distinct across the file: VIP i is 100.64.0.0 + i + 1, endpoint j of
 // service i is 10.0.0.0 + i×Backends + j + 1 (Changed shifts the last
 // endpoint of the first Changed services into 11.0.0.0/8, as a reload that
-// replaces a backend of each would).
+// replaces a backend of each would; MovedVIPs moves the first VIPs into
+// 100.96.0.0/12, as one that readdresses them would).
 type Gen struct {
 	VIPs     int
 	Backends int // per service; 0 means 4
@@ -23,6 +24,8 @@ type Gen struct {
 	// Changed is how many services (the first ones) have their last
 	// endpoint replaced by another address.
 	Changed int
+	// MovedVIPs is how many VIPs (the first ones) have another address.
+	MovedVIPs int
 	// CheckIntervalSec is the health check's interval; 0 leaves the
 	// default (5 s).
 	CheckIntervalSec int
@@ -91,7 +94,12 @@ func (g Gen) per() int {
 func (g Gen) TotalBackends() int { return g.VIPs * g.per() }
 
 // VIP returns the address of VIP i.
-func (g Gen) VIP(i int) netip.Addr { return addAddr(netip.AddrFrom4([4]byte{100, 64, 0, 0}), i+1) }
+func (g Gen) VIP(i int) netip.Addr {
+	if i < g.MovedVIPs {
+		return addAddr(netip.AddrFrom4([4]byte{100, 96, 0, 0}), i+1)
+	}
+	return addAddr(netip.AddrFrom4([4]byte{100, 64, 0, 0}), i+1)
+}
 
 // Backend returns the address of endpoint j of service i.
 func (g Gen) Backend(i, j int) netip.Addr {

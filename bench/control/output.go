@@ -35,11 +35,11 @@ func (r *Result) timeTable() report.Table {
 		Title: fmt.Sprintf("Control-plane time against the configuration (one service of %d backends and 2 rules per VIP, M = %d): CPU ms (wall ms), medians",
 			r.per(), r.TableSize),
 		Columns: []string{"VIPs", "backends", "rules", "validate", "first build (tables)", "snapshot (tables reused)",
-			"health Set", "reload", "reload CPU µs/VIP"},
+			"health Set", "VIP map Set", "reload", "reload CPU µs/VIP"},
 	}
 	for _, p := range r.Points {
 		t.Rows = append(t.Rows, []string{strconv.Itoa(p.VIPs), strconv.Itoa(p.Backends), strconv.Itoa(p.Rules),
-			tm(p.Validate), tm(p.FirstBuild), tm(p.Snapshot), tm(p.HealthSet), tm(p.Reload),
+			tm(p.Validate), tm(p.FirstBuild), tm(p.Snapshot), tm(p.HealthSet), tm(p.VIPMapSet), tm(p.Reload),
 			f(1000*p.Reload.CPUMs/float64(p.VIPs), 1)})
 	}
 	return t
@@ -169,11 +169,16 @@ func (r *Result) notes() []string {
 		"first build: controlplane.New, every service's Maglev table built (M entries each, the bulk of it at large M); " +
 			"snapshot: a publish with every table reused, what each health change costs; " +
 			"reload: what SIGHUP does (controlplane/appliance.ReloadSteps: parse and validate, VIP list, the running checker's Set, " +
-			"control plane Apply, stale VIPs) for a file that replaces one backend in 1 % of the services, whose tables are rebuilt; " +
-			"the VIP map is a stand-in that builds the set of keys (the XDP map itself is not written: no root).",
+			"control plane Apply, stale VIPs) for a file that replaces one backend in 1 % of the services, whose tables are rebuilt, " +
+			"and moves 1 % of the VIPs to other addresses; " +
+			"health Set and VIP map Set: the checker's Set of every target, and the VIP map's SetVIPs of every VIP with 1 % of them moved, alone " +
+			"(a reload sets the VIP map twice: the union of the old and new VIPs before the control plane, the new ones after).",
 		"Memory: heap and goroutine stacks after a collection, once the configuration, control plane, snapshot and a running checker " +
 			"of every backend (probes answered in-process) are in place, minus the heap before; the Maglev tables are counted apart, " +
 			"as the heap they take: a table of 65537 entries (128 KiB) is a large object, rounded up to whole 8 KiB pages (136 KiB).",
+	}
+	if len(r.Points) > 0 {
+		ns = append(ns, "VIP map: "+r.Points[len(r.Points)-1].VIPMap+".")
 	}
 	if r.Health != nil {
 		ns = append(ns, "Health checks: a checker of every target with healthcheck.Options.Probe answering at once (no network), "+

@@ -23,7 +23,7 @@ func TestControlQuickJSON(t *testing.T) {
 		t.Fatalf("%d points, health %v, %d tables, %d charts", len(data.Points), data.Health != nil, len(r.Tables), len(r.Charts))
 	}
 	for _, p := range data.Points {
-		if p.Backends != 4*p.VIPs || p.Rules != 2*p.VIPs || !(p.Reload.CPUMs > 0) || !(p.TablesMB > 0) || p.TableEntryBytes != 2 {
+		if p.Backends != 4*p.VIPs || p.Rules != 2*p.VIPs || !(p.Reload.CPUMs > 0) || !(p.TablesMB > 0) || p.TableEntryBytes != 2 || p.VIPMap == "" {
 			t.Errorf("point %+v", p)
 		}
 	}

@@ -36,6 +36,10 @@ func healthTargets(cfg *config.Config) ([]healthcheck.Target, map[string][]healt
 	targets := make([]healthcheck.Target, 0, n)
 	at := make(map[string]int, n) // key -> index in targets
 	feeds := make(map[string][]healthFeed, n)
+	// A target's feeds start as one element of flat: one allocation for
+	// all instead of one per target (a shared target's grow apart).
+	flat := make([]healthFeed, n)
+	var buf []byte
 	for _, s := range cfg.Services {
 		if s.HealthCheck < 0 || s.HealthCheck >= len(cfg.HealthChecks) {
 			continue // a validated config has none such
@@ -43,15 +47,20 @@ func healthTargets(cfg *config.Config) ([]healthcheck.Target, map[string][]healt
 		ck := cfg.HealthChecks[s.HealthCheck]
 		for _, g := range s.Groups {
 			for _, ep := range g.Endpoints {
-				key := ck.Name + "/" + ep.IP.String()
-				i, ok := at[key]
-				if !ok {
-					i = len(targets)
-					at[key] = i
-					targets = append(targets, healthcheck.Target{Key: key, Addr: ep.IP, Check: ck})
+				buf = ep.IP.AppendTo(append(append(buf[:0], ck.Name...), '/'))
+				f := healthFeed{service: s.Name, ip: ep.IP}
+				weighted := s.Locality == config.LocalityWeightedMaglev
+				if i, ok := at[string(buf)]; ok {
+					key := targets[i].Key
+					feeds[key] = append(feeds[key], f)
+					targets[i].Weighted = targets[i].Weighted || weighted
+					continue
 				}
-				targets[i].Weighted = targets[i].Weighted || s.Locality == config.LocalityWeightedMaglev
-				feeds[key] = append(feeds[key], healthFeed{service: s.Name, ip: ep.IP})
+				key := string(buf)
+				at[key] = len(targets)
+				targets = append(targets, healthcheck.Target{Key: key, Addr: ep.IP, Check: ck, Weighted: weighted})
+				flat[0] = f
+				feeds[key], flat = flat[:1:1], flat[1:]
 			}
 		}
 	}

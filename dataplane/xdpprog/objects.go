@@ -42,6 +42,11 @@ type Objects struct {
 
 	maxQueues int
 	mu        sync.Mutex // serialises SetVIPs and socket registration
+	// vipKeys is what the VIP map holds, as SetVIPs last wrote it: a
+	// reload writes only what changed (a handful of syscalls instead of
+	// tens of thousands for a large set). nil when not known: before the
+	// first SetVIPs and after one that failed, when the map is read back.
+	vipKeys map[[16]byte]uint8
 }
 
 // collectionSpec describes the program and maps for maxQueues rx queues.

@@ -28,9 +28,11 @@ func vipKey(a netip.Addr) (key [16]byte, version uint8, err error) {
 
 // SetVIPs makes addrs the set of VIPs. It adds the new addresses before it
 // deletes stale ones, so a VIP in both the old and the new set never stops
-// being redirected. Nothing is changed when an address is unusable (wraps
-// ErrAddr) or there are more than MaxVIPs (ErrTooMany); a failing map
-// update can leave the union of both sets, and the next SetVIPs repairs it.
+// being redirected; addresses the map holds already are not written again.
+// Nothing is changed when an address is unusable (wraps ErrAddr) or there
+// are more than MaxVIPs (ErrTooMany); a failing map update can leave the
+// union of both sets, and the next SetVIPs, which then reads the map back,
+// repairs it.
 func (o *Objects) SetVIPs(addrs []netip.Addr) error {
 	want := make(map[[16]byte]uint8, len(addrs))
 	for _, a := range addrs {
@@ -49,25 +51,45 @@ func (o *Objects) SetVIPs(addrs []netip.Addr) error {
 	if o.VIPs == nil {
 		return ErrClosed
 	}
-	stale, err := o.vipKeysLocked()
-	if err != nil {
-		return err
+	have := o.vipKeys
+	o.vipKeys = nil // until every write below has succeeded
+	if have == nil {
+		keys, err := o.vipKeysLocked()
+		if err != nil {
+			return err
+		}
+		have = make(map[[16]byte]uint8, len(keys))
+		for _, k := range keys {
+			have[k] = 0 // no version: rewritten if wanted
+		}
 	}
-	stale = slices.DeleteFunc(stale, func(k [16]byte) bool { _, ok := want[k]; return ok })
-	if len(stale)+len(want) > 2*MaxVIPs {
+	stale := 0
+	for k := range have {
+		if _, ok := want[k]; !ok {
+			stale++
+		}
+	}
+	if stale+len(want) > 2*MaxVIPs {
 		// Only after an earlier failed SetVIPs; the map cannot hold both.
-		return fmt.Errorf("%w: %d stale entries still in the map", ErrTooMany, len(stale))
+		return fmt.Errorf("%w: %d stale entries still in the map", ErrTooMany, stale)
 	}
 	for k, v := range want {
+		if have[k] == v {
+			continue
+		}
 		if err := o.VIPs.Update(k, v, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("xdpprog: adding VIP %s: %w", netip.AddrFrom16(k).Unmap(), err)
 		}
 	}
-	for _, k := range stale {
+	for k := range have {
+		if _, ok := want[k]; ok {
+			continue
+		}
 		if err := o.VIPs.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("xdpprog: removing VIP %s: %w", netip.AddrFrom16(k).Unmap(), err)
 		}
 	}
+	o.vipKeys = want
 	return nil
 }
 
