@@ -140,6 +140,39 @@ func TestM5_RemovedRuleNeverShadows(t *testing.T) {
 	}
 }
 
+// TestM5_RemovedServiceComesBack: a service removed with its rule and
+// brought back by a later reload, while the rule drains, ends the drain
+// (one service of that name in the snapshot): the rule is current again,
+// new connections are balanced, and nothing is left to drain.
+func TestM5_RemovedServiceComesBack(t *testing.T) {
+	web := svc{drainingSec: 30, groups: primaries("b1", "b2", "b3")}
+	api := svc{name: "api", vip: otherVIP, drainingSec: 30, groups: primaries("n1", "n2")}
+	r := cptest.New(t, configText(t, web, api))
+	m5Conns(r, 51, 50)
+	r.At(10)
+	r.Reload(configText(t, api))
+	r.At(12)
+	if res := r.Send(clients(52, 1)[0]); res.Reason != dataplane.ReasonVIPDraining {
+		t.Fatalf("new connection while web drains: %v %v, want drop vip-draining", res.Verdict, res.Reason)
+	}
+	r.Reload(configText(t, web, api))
+	if got, end := vipsAt(r); !slices.Equal(got, []string{vip, otherVIP}) || end != 0 {
+		t.Errorf("VIPs after web came back: %v (drain ends %d), want [%s %s] (0)", got, end, vip, otherVIP)
+	}
+	named := 0
+	for _, s := range r.CP.Snapshot().Services {
+		if s != nil && s.Name == "web" {
+			named++
+		}
+	}
+	if named != 1 {
+		t.Errorf("%d services called web in the snapshot, want 1", named)
+	}
+	if res := r.Send(clients(53, 1)[0]); res.Verdict != dataplane.VerdictForward || res.Track != dataplane.TrackNew {
+		t.Errorf("new connection after web came back: %v %v %v, want forward new", res.Verdict, res.Track, res.Reason)
+	}
+}
+
 func ptr[T any](v T) *T { return &v }
 
 // TestM5_RemovedRuleNoDrain: with connection_draining_timeout_sec 0 a
