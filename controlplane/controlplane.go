@@ -82,6 +82,20 @@ type ControlPlane struct {
 	// number of backends.
 	ids     map[uint16]struct{}
 	bySvcIP map[svcIP]uint32
+
+	// draining are the forwarding rules reloads removed, until their
+	// drains end (M5); retired the removed services such rules still name,
+	// by ID, for what resolving a tracked flow needs (affinity, tracking,
+	// forwarding method). A retired service keeps its ID reserved.
+	draining []drainingRule
+	retired  map[uint16]*serviceState
+}
+
+// drainingRule is a removed forwarding rule while it drains; key is what
+// makes a rule the same rule in the next configuration (ruleKey).
+type drainingRule struct {
+	key  string
+	rule dataplane.Rule
 }
 
 // svcIP names a backend as the configuration does: a service and an
@@ -143,6 +157,7 @@ func New(cfg *config.Config, engine *dataplane.Engine, opts Options, now int64) 
 		builders: map[uint32]*maglev.Builder{},
 		ids:      map[uint16]struct{}{},
 		bySvcIP:  map[svcIP]uint32{},
+		retired:  map[uint16]*serviceState{},
 	}
 	if _, err := c.Apply(cfg, now); err != nil {
 		return nil, err
@@ -172,6 +187,7 @@ func (c *ControlPlane) Apply(cfg *config.Config, now int64) (Diff, error) {
 	// Let finished drains go first, so a backend re-added after its drain
 	// ended starts afresh instead of reviving entries M5 removed.
 	c.reap(now)
+	c.drainRules(cfg, now)
 
 	// The slots of each service's backends, removed ones too (so a backend
 	// that comes back revives its slot and its flows), in slot order.
@@ -189,6 +205,9 @@ func (c *ControlPlane) Apply(cfg *config.Config, now int64) (Diff, error) {
 		newOrder = append(newOrder, s.Name)
 		st, ok := c.services[s.Name]
 		if !ok {
+			// A service back under its old name ends the drain of the
+			// retired one: names stay unique in the snapshot.
+			c.endRetired(s.Name)
 			st = &serviceState{id: c.allocServiceID()}
 			c.services[s.Name] = st
 			c.ids[st.id] = struct{}{}
@@ -245,7 +264,12 @@ func (c *ControlPlane) Apply(cfg *config.Config, now int64) (Diff, error) {
 			}
 		}
 		delete(c.services, name)
-		delete(c.ids, st.id)
+		if c.ruleDrains(st.id) {
+			st.members = nil
+			c.retired[st.id] = st
+		} else {
+			delete(c.ids, st.id)
+		}
 		d.ServicesRemoved = append(d.ServicesRemoved, name)
 	}
 	c.order = newOrder
@@ -291,6 +315,126 @@ func (c *ControlPlane) allocSlot() uint32 {
 	c.slots = append(c.slots, nil)
 	c.gens = append(c.gens, 0)
 	return uint32(len(c.slots) - 1)
+}
+
+// ruleKey is what makes a forwarding rule of cfg the same rule in another
+// configuration: what it matches and the name of its service (not its own
+// name nor its place in the file).
+func ruleKey(cfg *config.Config, r *config.ForwardingRule) string {
+	return fmt.Sprintf("%s|%d|%t|%v|%v|%s", r.VIP, r.Protocol, r.AllPorts, r.Ports, r.SourceRanges,
+		cfg.Services[r.Service].Name)
+}
+
+// drainRules starts the drain of every rule of the running configuration
+// that cfg lacks, for its service's connection_draining_timeout_sec from
+// now (none with 0), and ends the drain of rules cfg has again. It runs
+// before c.services changes, while the removed rules' services still
+// have their IDs there.
+func (c *ControlPlane) drainRules(cfg *config.Config, now int64) {
+	keys := make(map[string]bool, len(cfg.Rules))
+	for i := range cfg.Rules {
+		keys[ruleKey(cfg, &cfg.Rules[i])] = true
+	}
+	kept := c.draining[:0]
+	for _, dr := range c.draining {
+		if !keys[dr.key] {
+			kept = append(kept, dr)
+		}
+	}
+	c.draining = kept
+	if c.cfg == nil {
+		return
+	}
+	for i := range c.cfg.Rules {
+		r := &c.cfg.Rules[i]
+		k := ruleKey(c.cfg, r)
+		timeout := c.cfg.Services[r.Service].DrainingTimeout.Milliseconds()
+		if keys[k] || timeout <= 0 {
+			continue
+		}
+		keys[k] = true // once, however many times it was listed
+		dr := c.rule(c.cfg, i)
+		dr.DrainUntil = now + timeout
+		c.draining = append(c.draining, drainingRule{key: k, rule: dr})
+	}
+	c.dropRetired()
+}
+
+// ruleDrains reports whether a draining rule names the service id.
+func (c *ControlPlane) ruleDrains(id uint16) bool {
+	for _, dr := range c.draining {
+		if dr.rule.Service == id {
+			return true
+		}
+	}
+	return false
+}
+
+// dropRetired forgets the retired services no draining rule names and
+// frees their IDs.
+func (c *ControlPlane) dropRetired() {
+	for id := range c.retired {
+		if !c.ruleDrains(id) {
+			delete(c.retired, id)
+			delete(c.ids, id)
+		}
+	}
+}
+
+// endRetired ends the drain of the retired service called name, and of
+// its rules, at once.
+func (c *ControlPlane) endRetired(name string) {
+	for id, st := range c.retired {
+		if st.cfg.Name != name {
+			continue
+		}
+		kept := c.draining[:0]
+		for _, dr := range c.draining {
+			if dr.rule.Service != id {
+				kept = append(kept, dr)
+			}
+		}
+		c.draining = kept
+	}
+	c.dropRetired()
+}
+
+// reapRules ends the drains of removed rules that are over.
+func (c *ControlPlane) reapRules(now int64) {
+	kept := c.draining[:0]
+	for _, dr := range c.draining {
+		if now < dr.rule.DrainUntil {
+			kept = append(kept, dr)
+		}
+	}
+	if len(kept) != len(c.draining) {
+		c.draining = kept
+		c.dropRetired()
+	}
+}
+
+// VIPs returns the VIPs the data plane must still see at now: those of the
+// running configuration's rules and of removed rules still draining (M5),
+// each once; and drainEnd, the time the next drain ends (0: none drains),
+// when the list will shrink. Drains already over are ended first (and the
+// snapshot without them published).
+func (c *ControlPlane) VIPs(now int64) (vips []netip.Addr, drainEnd int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := len(c.draining); n > 0 {
+		if c.reapRules(now); len(c.draining) != n {
+			c.publish(now)
+		}
+	}
+	for _, vr := range c.snap.Rules {
+		vips = append(vips, vr.VIP)
+	}
+	for _, dr := range c.draining {
+		if drainEnd == 0 || dr.rule.DrainUntil < drainEnd {
+			drainEnd = dr.rule.DrainUntil
+		}
+	}
+	return vips, drainEnd
 }
 
 // reap frees the slots of removed backends whose draining is over; their
@@ -409,6 +553,7 @@ func (c *ControlPlane) Config() *config.Config {
 // publish builds the snapshot from the current state and stores it.
 func (c *ControlPlane) publish(now int64) {
 	c.reap(now)
+	c.reapRules(now)
 	c.gen++
 	s := &dataplane.Snapshot{Gen: c.gen, Local: c.opts.Local}
 
@@ -422,7 +567,7 @@ func (c *ControlPlane) publish(now int64) {
 			continue
 		}
 		if st == nil || b.service != stName {
-			st, stName = c.services[b.service], b.service
+			st, stName = c.serviceNamed(b.service), b.service
 		}
 		db := &dataplane.Backend{
 			Ref:            b.ref,
@@ -451,48 +596,60 @@ func (c *ControlPlane) publish(now int64) {
 	for _, st := range c.services {
 		maxID = max(maxID, int(st.id)+1)
 	}
+	for id := range c.retired {
+		maxID = max(maxID, int(id)+1)
+	}
 	s.Services = make([]*dataplane.Service, maxID)
 	for _, name := range c.order {
 		st := c.services[name]
 		s.Services[st.id] = c.buildService(st, s)
 	}
+	for id, st := range c.retired {
+		// No members, no eligible set: only tracked flows reach it.
+		s.Services[id] = serviceHeader(st)
+	}
 
 	byVIP := make(map[netip.Addr]*dataplane.VIPRules, len(c.cfg.Rules))
 	vips := make([]netip.Addr, 0, len(c.cfg.Rules))
+	vipOf := func(v netip.Addr) *dataplane.VIPRules {
+		vr, ok := byVIP[v]
+		if !ok {
+			vr = &dataplane.VIPRules{VIP: v}
+			byVIP[v] = vr
+			vips = append(vips, v)
+		}
+		return vr
+	}
 	// The ID of each service of the configuration, by index: rules refer
 	// to services by index, many rules to one.
 	ids := make([]uint16, len(c.cfg.Services))
 	for i, cs := range c.cfg.Services {
 		ids[i] = c.services[cs.Name].id
 	}
-	for i, r := range c.cfg.Rules {
-		vr, ok := byVIP[r.VIP]
-		if !ok {
-			vr = &dataplane.VIPRules{VIP: r.VIP}
-			byVIP[r.VIP] = vr
-			vips = append(vips, r.VIP)
+	for i := range c.cfg.Rules {
+		r := &c.cfg.Rules[i]
+		vr := vipOf(r.VIP)
+		vr.Rules = append(vr.Rules, dataRule(r, i, ids[r.Service]))
+	}
+	for _, dr := range c.draining {
+		vr := vipOf(dr.rule.VIP)
+		vr.Draining = append(vr.Draining, dr.rule)
+	}
+	// Protocol-specific rules first, L3_DEFAULT last (FR2).
+	byPrecedence := func(rs []dataplane.Rule) {
+		if len(rs) > 1 {
+			slices.SortStableFunc(rs, func(a, b dataplane.Rule) int {
+				return cmp.Compare(b2i(a.Protocol == config.RuleL3Default), b2i(b.Protocol == config.RuleL3Default))
+			})
 		}
-		dr := dataplane.Rule{
-			Name: r.Name, Index: i, VIP: r.VIP, Protocol: r.Protocol,
-			AllPorts: r.AllPorts, Ports: r.Ports,
-			Service: ids[r.Service],
-		}
-		for _, p := range r.SourceRanges {
-			dr.Sources = append(dr.Sources, dataplane.MakePrefix(p))
-		}
-		vr.Rules = append(vr.Rules, dr)
 	}
 	if len(vips) > 0 {
 		s.Rules = make([]*dataplane.VIPRules, 0, len(vips))
 	}
 	for _, v := range vips {
 		vr := byVIP[v]
-		// Protocol-specific rules first, L3_DEFAULT last (FR2).
-		if len(vr.Rules) > 1 {
-			slices.SortStableFunc(vr.Rules, func(a, b dataplane.Rule) int {
-				return cmp.Compare(b2i(a.Protocol == config.RuleL3Default), b2i(b.Protocol == config.RuleL3Default))
-			})
-		}
+		byPrecedence(vr.Rules)
+		byPrecedence(vr.Draining)
 		s.Rules = append(s.Rules, vr)
 	}
 	s.IndexVIPs()
@@ -502,10 +659,45 @@ func (c *ControlPlane) publish(now int64) {
 	}
 }
 
-// buildService computes the eligible set, side and Maglev table of a service.
-func (c *ControlPlane) buildService(st *serviceState, s *dataplane.Snapshot) *dataplane.Service {
+// rule is forwarding rule i of cfg as the data plane sees it; its service
+// is one of c.services.
+func (c *ControlPlane) rule(cfg *config.Config, i int) dataplane.Rule {
+	r := &cfg.Rules[i]
+	return dataRule(r, i, c.services[cfg.Services[r.Service].Name].id)
+}
+
+// dataRule is rule r, the i-th of its configuration, for the service with
+// ID id.
+func dataRule(r *config.ForwardingRule, i int, id uint16) dataplane.Rule {
+	dr := dataplane.Rule{
+		Name: r.Name, Index: i, VIP: r.VIP, Protocol: r.Protocol,
+		AllPorts: r.AllPorts, Ports: r.Ports,
+		Service: id,
+	}
+	for _, p := range r.SourceRanges {
+		dr.Sources = append(dr.Sources, dataplane.MakePrefix(p))
+	}
+	return dr
+}
+
+// serviceNamed is the current service called name, or else the retired one.
+func (c *ControlPlane) serviceNamed(name string) *serviceState {
+	if st := c.services[name]; st != nil {
+		return st
+	}
+	for _, st := range c.retired {
+		if st.cfg.Name == name {
+			return st
+		}
+	}
+	return nil
+}
+
+// serviceHeader is a service's configuration as the data plane sees it,
+// without members, eligible set or table.
+func serviceHeader(st *serviceState) *dataplane.Service {
 	cfg := &st.cfg
-	ds := &dataplane.Service{
+	return &dataplane.Service{
 		ID:                     st.id,
 		Name:                   cfg.Name,
 		Affinity:               cfg.Affinity,
@@ -520,6 +712,12 @@ func (c *ControlPlane) buildService(st *serviceState, s *dataplane.Snapshot) *da
 		DisableDrainOnFailover: cfg.Failover.DisableDrainOnFailover,
 		DrainingTimeoutMs:      cfg.DrainingTimeout.Milliseconds(),
 	}
+}
+
+// buildService computes the eligible set, side and Maglev table of a service.
+func (c *ControlPlane) buildService(st *serviceState, s *dataplane.Snapshot) *dataplane.Service {
+	cfg := &st.cfg
+	ds := serviceHeader(st)
 	var ms []member
 	for _, slot := range st.members {
 		b := c.slots[slot]

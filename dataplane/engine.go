@@ -90,6 +90,9 @@ type Decision struct {
 	Invalid string
 	// Evicted: recording the entry displaced another live entry (X3).
 	Evicted bool
+	// Draining: Rule is a removed rule still draining (M5): only a live
+	// tracking entry forwards.
+	Draining bool
 
 	pending bool // front passed the frame on to steps 1–2
 }
@@ -179,7 +182,7 @@ func (dc *Decider) decideBatch(frames []Frame, snap *Snapshot, now int64) {
 	for i := range n {
 		d := &dc.ds[i]
 		*d = Decision{}
-		if dc.front(&frames[i], snap, &dc.ps[i], d) && d.Trackable {
+		if dc.front(&frames[i], snap, &dc.ps[i], d, now) && d.Trackable {
 			dc.hints[i] = ct.Hint(&d.TrackKey)
 		}
 	}
@@ -220,7 +223,7 @@ func (dc *Decider) decideBatch(frames []Frame, snap *Snapshot, now int64) {
 // front applies SPEC §1–§3 to the frame: parse, VIP, rule, source ranges,
 // selection and tracking keys. It returns true (and sets d.pending) when the
 // frame goes on to steps 1–2; otherwise d holds the final verdict.
-func (dc *Decider) front(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision) bool {
+func (dc *Decider) front(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision, now int64) bool {
 	if snap == nil {
 		d.Verdict = VerdictPass
 		return false
@@ -273,7 +276,13 @@ func (dc *Decider) front(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision
 		fl.SYN = p.Proto == packet.ProtoTCP && p.TCPFlags&tcpSYN != 0 && p.Frag != packet.FragLater
 	}
 
-	rule := matchRule(vr, fl)
+	rule := matchRule(vr.Rules, fl)
+	if rule == nil && len(vr.Draining) > 0 {
+		// A removed rule still draining takes what no current rule does.
+		if r := matchRule(vr.Draining, fl); r != nil && now < r.DrainUntil {
+			rule, d.Draining = r, true
+		}
+	}
 	if rule == nil { // FR4
 		d.Verdict, d.Reason = VerdictDrop, ReasonNoRule
 		return false
@@ -339,6 +348,15 @@ func (dc *Decider) back(snap *Snapshot, now int64, d *Decision, h conntrack.Hint
 		// An ICMP error never creates or replaces an entry.
 		d.Track = TrackUntracked
 	}
+	if d.Draining {
+		// The rule was removed: nothing new starts on it (M5).
+		if d.Track == TrackReplaced {
+			ct.Delete(&d.TrackKey)
+		}
+		d.Track = TrackUntracked
+		d.Verdict, d.Reason = VerdictDrop, ReasonVIPDraining
+		return
+	}
 
 	// Step 2 (§5): select among the eligible set.
 	if len(svc.Eligible) == 0 { // S6
@@ -382,10 +400,10 @@ func isNDP(p *packet.Parsed) bool {
 // matchRule applies FR2 and FR3: a protocol-specific rule whose ports match
 // wins; otherwise the VIP's L3_DEFAULT rule takes TCP, UDP, ESP, GRE, ICMP
 // and ICMPv6.
-func matchRule(vr *VIPRules, fl *Flow) *Rule {
+func matchRule(rules []Rule, fl *Flow) *Rule {
 	var l3 *Rule
-	for i := range vr.Rules {
-		r := &vr.Rules[i]
+	for i := range rules {
+		r := &rules[i]
 		switch r.Protocol {
 		case config.RuleL3Default:
 			l3 = r

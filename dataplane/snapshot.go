@@ -135,6 +135,10 @@ type Rule struct {
 	Ports    []config.PortRange
 	Sources  []Prefix // empty: every source is allowed
 	Service  uint16
+	// DrainUntil is 0 for a rule of the running configuration. A rule a
+	// reload removed is kept, in VIPRules.Draining, until then (ms): its
+	// tracked flows keep forwarding, anything else is dropped (M5).
+	DrainUntil int64
 }
 
 // Prefix is a source range in 16-byte form, checked with two masked words.
@@ -187,6 +191,11 @@ func AddrFrom16(a [16]byte) netip.Addr {
 type VIPRules struct {
 	VIP   netip.Addr
 	Rules []Rule
+	// Draining are the rules of the VIP a reload removed, still draining,
+	// in the same order; a frame is matched against them only when no
+	// current rule takes it. A VIP whose rules were all removed has only
+	// these.
+	Draining []Rule
 }
 
 type vipEntry struct {

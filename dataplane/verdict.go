@@ -40,6 +40,10 @@ const (
 	// ReasonTableFull is reserved: the conntrack table evicts (X3) rather
 	// than refusing, so no frame is dropped for it today.
 	ReasonTableFull
+	// ReasonVIPDraining: a frame that matches only a forwarding rule a
+	// reload removed, while that rule drains (M5), and that no live
+	// tracking entry carries: a new connection, or a flow never tracked.
+	ReasonVIPDraining
 	numReasons
 )
 
@@ -48,7 +52,7 @@ const NumReasons = int(numReasons)
 
 var reasonNames = [...]string{
 	"", "malformed", "no-rule", "source-not-allowed", "no-eligible-backend",
-	"backend-not-ready", "no-encap-source", "too-big", "table-full",
+	"backend-not-ready", "no-encap-source", "too-big", "table-full", "vip-draining",
 }
 
 func (r Reason) String() string { return reasonNames[r] }

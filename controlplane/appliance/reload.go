@@ -40,6 +40,12 @@ type (
 	fleetReloader interface {
 		reload(cfg *config.Config) error
 	}
+	// vipLister is the control plane's list of the VIPs its rules still
+	// use, draining ones included (M5), and when the next drain ends. A
+	// control plane without it has only the configuration's VIPs.
+	vipLister interface {
+		VIPs(now int64) (vips []netip.Addr, drainEnd int64)
+	}
 )
 
 // reloader applies a new configuration (X2) and keeps the count and the
@@ -54,10 +60,20 @@ type reloader struct {
 	now   func() int64
 	log   *zap.Logger
 
+	// schedule runs f after d (time.AfterFunc when nil) and returns what
+	// cancels it: the end of a removed rule's drain, when its VIP may
+	// leave the XDP map. Tests run it themselves.
+	schedule func(d time.Duration, f func()) (cancel func())
+
 	mu       sync.Mutex
 	cur      *config.Config
 	ok, fail uint64
 	last     *admin.LastReload
+	// inMap is what the XDP program's VIP map holds (nil: the running
+	// configuration's VIPs); cancelReap cancels the scheduled reapVIPs.
+	inMap      []netip.Addr
+	cancelReap func()
+	stopped    bool
 }
 
 // ReloadOptions are what an operator may ask of one reload.
@@ -135,7 +151,7 @@ func (r *reloader) apply(load func() (*config.Config, error)) error {
 	if err := restartNeeded(r.cur, cfg); err != nil {
 		return err
 	}
-	oldVIPs, newVIPs := configVIPs(r.cur), configVIPs(cfg)
+	oldVIPs, newVIPs := r.mapped(), configVIPs(cfg)
 	if err := r.vips.SetVIPs(union(oldVIPs, newVIPs)); err != nil {
 		return fmt.Errorf("setting the VIPs: %w", err)
 	}
@@ -170,10 +186,19 @@ func (r *reloader) apply(load func() (*config.Config, error)) error {
 			r.log.Error("bgp neighbors", zap.Error(err))
 		}
 	}
-	if err := r.vips.SetVIPs(newVIPs); err != nil {
+	// VIPs whose removed rules drain stay until the drain ends (M5).
+	keep, drainEnd := newVIPs, int64(0)
+	if l, ok := r.cp.(vipLister); ok {
+		keep, drainEnd = l.VIPs(r.now())
+	}
+	if err := r.vips.SetVIPs(keep); err != nil {
 		// The union stays: stale VIPs go to workers that find no rule.
 		r.log.Warn("removing stale VIPs", zap.Error(err))
+		r.inMap = union(oldVIPs, newVIPs)
+	} else {
+		r.inMap = keep
 	}
+	r.scheduleReap(drainEnd)
 	r.cur = cfg
 	r.ok++
 	r.last = &admin.LastReload{At: at.UTC().Format(time.RFC3339Nano), OK: true,
@@ -182,8 +207,66 @@ func (r *reloader) apply(load func() (*config.Config, error)) error {
 	r.log.Info("configuration reloaded", zap.String("file", cfg.Path),
 		zap.Strings("services_added", d.ServicesAdded), zap.Strings("services_removed", d.ServicesRemoved),
 		zap.Strings("backends_added", d.BackendsAdded), zap.Strings("backends_removed", d.BackendsRemoved),
-		zap.Int("backends_kept", d.BackendsKept), zap.Int("vips", len(newVIPs)))
+		zap.Int("backends_kept", d.BackendsKept), zap.Int("vips", len(newVIPs)),
+		zap.Int("vips_draining", len(keep)-len(newVIPs)))
 	return nil
+}
+
+// mapped is what the XDP program's VIP map holds; r.mu is held.
+func (r *reloader) mapped() []netip.Addr {
+	if r.inMap != nil {
+		return r.inMap
+	}
+	return configVIPs(r.cur)
+}
+
+// scheduleReap (re)schedules reapVIPs for drainEnd, the control plane's
+// time (ms) the next removed rule's drain ends; 0: none drains. r.mu is
+// held.
+func (r *reloader) scheduleReap(drainEnd int64) {
+	if r.cancelReap != nil {
+		r.cancelReap()
+		r.cancelReap = nil
+	}
+	if drainEnd == 0 || r.stopped {
+		return
+	}
+	d := time.Duration(max(drainEnd-r.now(), 0)) * time.Millisecond
+	if r.schedule != nil {
+		r.cancelReap = r.schedule(d, r.reapVIPs)
+		return
+	}
+	t := time.AfterFunc(d, r.reapVIPs)
+	r.cancelReap = func() { t.Stop() }
+}
+
+// reapVIPs takes the VIPs whose removed rules have drained out of the XDP
+// program's map, and schedules itself for the next drain's end.
+func (r *reloader) reapVIPs() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l, ok := r.cp.(vipLister)
+	if !ok || r.stopped {
+		return
+	}
+	vips, drainEnd := l.VIPs(r.now())
+	if old := r.mapped(); !slices.Equal(vips, old) {
+		if err := r.vips.SetVIPs(vips); err != nil {
+			r.log.Warn("removing VIPs whose drain ended", zap.Error(err))
+		} else {
+			r.inMap = vips
+			r.log.Info("VIPs whose drain ended removed", zap.Int("vips_before", len(old)), zap.Int("vips", len(vips)))
+		}
+	}
+	r.scheduleReap(drainEnd)
+}
+
+// stop cancels the scheduled reapVIPs for good (the appliance stops).
+func (r *reloader) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	r.scheduleReap(0)
 }
 
 // report is what /metrics and /status show.

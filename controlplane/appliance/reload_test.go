@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -43,6 +44,11 @@ type reloadRig struct {
 	rl    *reloader
 	file  string
 	calls []string
+	// reaps are the delays the reloader scheduled reapVIPs after, the
+	// last one still pending unless cancelled.
+	reaps []time.Duration
+	// reapPending: the last scheduled reap was not cancelled.
+	reapPending bool
 	// healthErr, when set, is what the checker's Set answers.
 	healthErr error
 }
@@ -104,7 +110,11 @@ func newReloadRig(t *testing.T) *reloadRig {
 	fp := &atomic.Pointer[map[string][]healthFeed]{}
 	fp.Store(&feeds)
 	f.rl = &reloader{vips: f, neigh: f, hc: f, cp: f.rig.CP, feeds: fp,
-		now: func() int64 { return f.rig.Now }, log: zap.NewNop(), cur: cur}
+		now: func() int64 { return f.rig.Now }, log: zap.NewNop(), cur: cur,
+		schedule: func(d time.Duration, _ func()) func() {
+			f.reaps, f.reapPending = append(f.reaps, d), true
+			return func() { f.reapPending = false }
+		}}
 	return f
 }
 
@@ -132,7 +142,8 @@ func TestX2_ReloadOrder(t *testing.T) {
 		"vips [203.0.113.10 203.0.113.20] [10.0.4.1,b1,b2,f1]",
 		"neigh 10.0.1.1 10.0.1.3 10.0.3.1 10.0.4.1 [10.0.4.1,b1,b2,f1]",
 		"health hc/10.0.1.1 hc/10.0.1.3 hc/10.0.3.1 hc/10.0.4.1 [10.0.4.1,b1,b2,f1]",
-		"vips [203.0.113.20] [10.0.4.1,b1,b3,f1]",
+		// The old VIP stays while web's removed rule drains (30 s, M5).
+		"vips [203.0.113.20 203.0.113.10] [10.0.4.1,b1,b3,f1]",
 	}
 	if !slices.Equal(f.calls, want) {
 		t.Errorf("calls:\n%s\nwant:\n%s", strings.Join(f.calls, "\n"), strings.Join(want, "\n"))
@@ -336,7 +347,7 @@ func TestX2_ReloadBGP(t *testing.T) {
 		t.Fatal(err)
 	}
 	if i := slices.Index(f.calls, "bgp 10.97.0.1 10.97.0.9 [10.0.4.1,b1,b2,f1]"); i < 0 || i != len(f.calls)-2 ||
-		f.calls[len(f.calls)-1] != "vips [203.0.113.20] [10.0.4.1,b1,b2,f1]" {
+		f.calls[len(f.calls)-1] != "vips [203.0.113.20 203.0.113.10] [10.0.4.1,b1,b2,f1]" {
 		t.Errorf("calls:\n%s\nwant the neighbors handed over just before the stale VIP leaves", strings.Join(f.calls, "\n"))
 	}
 	for _, tc := range []struct{ name, bgp, want string }{
@@ -376,11 +387,69 @@ func TestX2_ReloadRefusesEmpty(t *testing.T) {
 	if err := f.rl.reloadFile(ReloadOptions{AllowEmpty: true}); err != nil {
 		t.Fatalf("--allow-empty: %v", err)
 	}
+	// web's rule drains 30 s (M5): its VIP leaves when that ends.
+	if last := f.calls[len(f.calls)-1]; last != "vips [203.0.113.10] []" {
+		t.Errorf("after the empty reload: %s, want the draining VIP only", last)
+	}
+	f.rig.Now += 30_000
+	f.rl.reapVIPs()
 	if last := f.calls[len(f.calls)-1]; last != "vips [] []" {
-		t.Errorf("after the empty reload: %s, want no VIPs", last)
+		t.Errorf("after the drain: %s, want no VIPs", last)
 	}
 	// From empty to empty is no change of that kind: no flag needed.
 	if err := f.rl.reloadFile(ReloadOptions{}); err != nil {
 		t.Errorf("empty again: %v", err)
+	}
+}
+
+// TestM5_RemovedVIPLeavesMapAfterDrain: a reload that removes a VIP's
+// rules leaves the VIP in the XDP map while a removed rule drains, and
+// schedules its removal for the drain's end; the reaper takes it out then,
+// not before; a reload that brings the rule back cancels it.
+func TestM5_RemovedVIPLeavesMapAfterDrain(t *testing.T) {
+	f := newReloadRig(t)
+	moved := strings.ReplaceAll(ctlConfig, `ip_address = "203.0.113.10"`, `ip_address = "203.0.113.20"`)
+	f.rig.Now = 5_000
+	f.write(t, moved+reloadDataplane)
+	if err := f.rl.reloadFile(ReloadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	both := "vips [203.0.113.20 203.0.113.10] [10.0.4.1,b1,b2,f1]"
+	if last := f.calls[len(f.calls)-1]; last != both || !slices.Equal(f.reaps, []time.Duration{30 * time.Second}) || !f.reapPending {
+		t.Fatalf("after the reload: %s, reaps %v (pending %v); want %s and one reap in 30s", last, f.reaps, f.reapPending, both)
+	}
+	calls := len(f.calls)
+	f.rig.Now = 34_999 // early: nothing leaves, the reap is put off
+	f.rl.reapVIPs()
+	if len(f.calls) != calls || !slices.Equal(f.reaps[1:], []time.Duration{time.Millisecond}) {
+		t.Errorf("reap before the drain ends: calls %v, reaps %v; want none, then one in 1ms", f.calls[calls:], f.reaps)
+	}
+	f.rig.Now = 35_000
+	f.rl.reapVIPs()
+	if got := f.calls[calls:]; !slices.Equal(got, []string{"vips [203.0.113.20] [10.0.4.1,b1,b2,f1]"}) || len(f.reaps) != 2 {
+		t.Errorf("reap at the drain's end: calls %v, reaps %v; want the old VIP gone and nothing scheduled", got, f.reaps)
+	}
+
+	// Moved away and back before the drain ends: the drain ends at the
+	// second reload, and nothing is left to reap.
+	g := newReloadRig(t)
+	g.write(t, moved+reloadDataplane)
+	if err := g.rl.reloadFile(ReloadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	g.rig.Now = 10_000
+	g.write(t, ctlConfig+reloadDataplane)
+	if err := g.rl.reloadFile(ReloadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// .20's rules drain now, .10's are current again.
+	if last := g.calls[len(g.calls)-1]; last != "vips [203.0.113.10 203.0.113.20] [10.0.4.1,b1,b2,f1]" ||
+		!slices.Equal(g.reaps, []time.Duration{30 * time.Second, 30 * time.Second}) {
+		t.Errorf("moved back: %s, reaps %v", last, g.reaps)
+	}
+	g.rig.Now = 40_000
+	g.rl.reapVIPs()
+	if last := g.calls[len(g.calls)-1]; last != "vips [203.0.113.10] [10.0.4.1,b1,b2,f1]" || g.reapPending {
+		t.Errorf("after the drain of .20: %s (reap pending %v), want .10 only", last, g.reapPending)
 	}
 }

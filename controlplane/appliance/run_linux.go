@@ -357,6 +357,7 @@ func (s *stack) serveAdmin() error {
 	if s.ann != nil {
 		rl.fleet = s.ann
 	}
+	s.undo = append(s.undo, rl.stop)
 	capt := &capturer{engine: s.engine}
 	for _, q := range s.queues {
 		capt.workers = append(capt.workers, q.worker)

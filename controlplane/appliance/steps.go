@@ -3,6 +3,7 @@ package appliance
 import (
 	"net/netip"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -33,7 +34,10 @@ func NewReloadSteps(cur *config.Config,
 	now func() int64) *ReloadSteps {
 	_, feeds := healthTargets(cur)
 	r := &reloader{vips: vips, neigh: noNeighbours{}, hc: hc, cp: cp,
-		feeds: new(atomic.Pointer[map[string][]healthFeed]), now: now, log: zap.NewNop(), cur: cur}
+		feeds: new(atomic.Pointer[map[string][]healthFeed]), now: now, log: zap.NewNop(), cur: cur,
+		// The end of a removed rule's drain is no step of the reload: no
+		// timer outlives it.
+		schedule: func(time.Duration, func()) func() { return func() {} }}
 	r.feeds.Store(&feeds)
 	return &ReloadSteps{r: r}
 }
