@@ -106,6 +106,30 @@ func eligibleVIPs(snap *dataplane.Snapshot) func(netip.Addr) bool {
 	}
 }
 
+// announceDraining adds to want the VIPs that a reload removed and whose
+// rules still drain (M5): their tracked flows reach this instance only
+// while the route stays, so it stays, with the GRACEFUL_SHUTDOWN community
+// (routers prefer any instance that still has the VIP), on the same
+// conditions as any VIP but the eligible set (a draining rule takes no new
+// connections). Once the drain ends the VIP leaves the snapshot and its
+// route is withdrawn.
+func announceDraining(want map[netip.Addr]bgp.VIP, snap *dataplane.Snapshot, st announceState) {
+	if snap == nil {
+		return
+	}
+	st.always = true
+	for _, vr := range snap.Rules {
+		if _, ok := want[vr.VIP]; ok || len(vr.Rules) > 0 || len(vr.Draining) == 0 {
+			continue
+		}
+		v := wantVIPs([]netip.Addr{vr.VIP}, st, nil)[vr.VIP]
+		if v.Announce {
+			v.GracefulShutdown = true
+		}
+		want[vr.VIP] = v
+	}
+}
+
 // speaker is what the announcer drives (a *bgp.Speaker).
 type speaker interface {
 	SetVIPs(map[netip.Addr]bgp.VIP) error
@@ -192,7 +216,9 @@ func (a *announcer) apply() {
 	if a.last.ok && a.last.snap == snap && a.last.cfg == a.cfg && a.last.st == st {
 		return
 	}
-	err := a.sp.SetVIPs(wantVIPs(configVIPs(a.cfg), st, eligibleVIPs(snap)))
+	want := wantVIPs(configVIPs(a.cfg), st, eligibleVIPs(snap))
+	announceDraining(want, snap, st)
+	err := a.sp.SetVIPs(want)
 	a.logErr(err)
 	a.last.snap, a.last.cfg, a.last.st, a.last.ok = snap, a.cfg, st, err == nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -291,3 +292,38 @@ func TestAnnouncerShutdownWithoutGrace(t *testing.T) {
 }
 
 var _ speaker = (*bgp.Speaker)(nil)
+
+// TestAnnouncerKeepsDrainingVIP: a reload that removes vipB's rule while
+// its service drains for 30 s (M5) keeps vipB's route, with the
+// GRACEFUL_SHUTDOWN community, for as long as the rule drains, so the
+// tracked flows still reach this instance; when the drain ends the route
+// is withdrawn.
+func TestAnnouncerKeepsDrainingVIP(t *testing.T) {
+	text := strings.Replace(announceTOML, "name = \"b\"\nprotocol = \"TCP\"\n", "name = \"b\"\nprotocol = \"TCP\"\nconnection_draining_timeout_sec = 30\n", 1)
+	if text == announceTOML {
+		t.Fatal("the fixture changed: no service b to give a draining timeout")
+	}
+	a, sp, r, checked := newTestAnnouncer(t, text)
+	a.st.attached = true
+	close(checked)
+	a.apply()
+	if !sp.last()[vipB].Announce {
+		t.Fatalf("before the reload: %+v", sp.last())
+	}
+	// vipB's rule removed: the rig's control plane drains it, the
+	// announcer gets the new configuration.
+	without := text[:strings.LastIndex(text, "[[forwarding_rule]]")] + text[strings.Index(text, "[bgp]"):]
+	r.Reload(without)
+	if err := a.reload(cptest.Config(t, without)); err != nil {
+		t.Fatal(err)
+	}
+	if w := sp.last(); !w[vipA].Announce || w[vipA].GracefulShutdown || !w[vipB].Announce || !w[vipB].GracefulShutdown {
+		t.Errorf("vipB draining: %+v, want A announced, B announced with the community", w)
+	}
+	r.At(31)
+	r.CP.VIPs(r.Now) // the reaper's call at the drain's end
+	a.apply()
+	if w := sp.last(); !w[vipA].Announce || w[vipB].Announce {
+		t.Errorf("after the drain: %+v, want B withdrawn", w)
+	}
+}
