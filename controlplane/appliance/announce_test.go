@@ -3,8 +3,8 @@ package appliance
 import (
 	"context"
 	"net/netip"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
