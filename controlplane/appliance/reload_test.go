@@ -176,7 +176,7 @@ func TestX2_ReloadRejected(t *testing.T) {
 		t.Errorf("a rejected reload changed something: calls %v, generation %d -> %d", f.calls, gen, f.rig.CP.Snapshot().Gen)
 	}
 	rep := f.rl.report()
-	if rep.Success != 0 || rep.Failure != 5 || rep.Last == nil || rep.Last.OK || len(rep.Last.Errors) == 0 {
+	if rep.Success != 0 || rep.Failure != 6 || rep.Last == nil || rep.Last.OK || len(rep.Last.Errors) == 0 {
 		t.Errorf("report %+v last %+v", rep, rep.Last)
 	}
 	f.write(t, ctlConfig+reloadDataplane)
