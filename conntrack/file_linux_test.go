@@ -42,6 +42,9 @@ func TestOpen_RoundTrip(t *testing.T) {
 	if !info.Kept || info.Entries != 1000 || info.Torn != 0 {
 		t.Fatalf("second Open: %+v, want kept with 1000 entries", info)
 	}
+	if b.Len() != 1000 {
+		t.Fatalf("Len() = %d after Open, want the 1000 entries found", b.Len())
+	}
 	if b.FileID() != id || id == 0 {
 		t.Fatalf("FileID %x, want %x (non-zero)", b.FileID(), id)
 	}
@@ -178,6 +181,9 @@ func TestOpen_TornSlotCleared(t *testing.T) {
 			t.Fatalf("key %d: %+v %v, want kept", i, e, ok)
 		}
 	}
+	if tb.Len() != 2 {
+		t.Fatalf("Len() = %d, want 2", tb.Len())
+	}
 	// Unlocked: a writer gets in (it would spin forever otherwise).
 	if r := tb.Upsert(&keys[1], val(9), 8); r != Inserted {
 		t.Fatalf("Upsert after repair: %v, want inserted", r)
@@ -201,8 +207,8 @@ func TestReset(t *testing.T) {
 	k := key5(3)
 	tb.Upsert(&k, val(3), 1)
 	tb.Reset()
-	if _, ok := tb.Lookup(&k, 1); ok {
-		t.Fatal("entry found after Reset")
+	if _, ok := tb.Lookup(&k, 1); ok || tb.Len() != 0 {
+		t.Fatalf("after Reset: entry found %v, Len %d; want none, 0", ok, tb.Len())
 	}
 }
 
@@ -210,4 +216,44 @@ func wordsOf(k *Key) *keyWords {
 	var w keyWords
 	w.from(k)
 	return &w
+}
+
+// TestOpen_ReachRepaired: an entry stored beyond its home's reach (a
+// writer killed between storing it and widening the reach) is found again
+// after Open.
+func TestOpen_ReachRepaired(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ct")
+	a, _ := openT(t, path, 1024)
+	var keys []Key
+	var first Hint
+	for i := 0; len(keys) < 2; i++ {
+		k := key5(i)
+		h := a.Hint(&k)
+		if len(keys) == 0 {
+			first = h
+		}
+		if h == first {
+			keys = append(keys, k)
+		}
+	}
+	for i := range keys {
+		a.Upsert(&keys[i], val(i), 7)
+	}
+	b := &a.buckets[first.bi]
+	if hdrReach(b.slots[first.home].hdr.Load()) == 0 {
+		t.Fatal("two keys of one home, reach 0: setup wrong")
+	}
+	b.setReach(int(first.home), 0)
+	if _, ok := a.Lookup(&keys[1], 7); ok {
+		t.Fatal("entry beyond its reach found before repair: setup wrong")
+	}
+	a.unmap()
+
+	tb, _ := openT(t, path, 1024)
+	defer tb.unmap()
+	for i := range keys {
+		if e, ok := tb.Lookup(&keys[i], 7); !ok || e.Value != val(i) {
+			t.Fatalf("key %d after Open: %+v %v, want found", i, e, ok)
+		}
+	}
 }
