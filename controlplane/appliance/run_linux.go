@@ -207,7 +207,7 @@ func (s *stack) neighbours() error {
 	m := ct.Memory()
 	s.log.Info("conntrack table populated", zap.Int("entries", ct.Capacity()), zap.Int("mib", m.Bytes>>20),
 		zap.String("how", m.Populate), zap.Bool("huge_page_advice", m.HugeAdvice),
-		zap.Duration("took", m.PopulateTime), zap.Bool("locked", m.Locked))
+		zap.Duration("took", m.PopulateTime), zap.Bool("locked", m.Locked), zap.String("file", m.File))
 	if lockErr != nil {
 		s.log.Warn("conntrack table not locked in memory: it may be swapped out", zap.Error(lockErr))
 	}
@@ -229,7 +229,8 @@ func (s *stack) neighbours() error {
 
 // controlPlane builds the first snapshot. Every backend starts unhealthy
 // until its health check passes (until one does, E1-E4 fall back to all
-// backends).
+// backends), but for those restored from state_dir: they keep the refs,
+// health and weights the previous process left.
 func (s *stack) controlPlane() error {
 	local := localOf(s.res, s.cfg, s.link, s.log)
 	s.log.Info("local addresses", zap.String("mac", macString(local.MAC)),
