@@ -175,3 +175,79 @@ func TestParseState_Refuses(t *testing.T) {
 		t.Errorf("a consistent state refused: %v", err)
 	}
 }
+
+// TestRestore_OperatorDrainKept: a backend an operator drained stays
+// drained, with its deadline, in the next process.
+func TestRestore_OperatorDrainKept(t *testing.T) {
+	one := svc{drainingSec: 60, groups: []group{{name: "g", backends: []string{"b1", "b2"}}}}
+	cfg := cptest.Config(t, configText(t, one))
+	cp1, err := controlplane.New(cfg, nil, controlplane.Options{InitialHealthy: true}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp1.Drain("b1", 1000); err != nil {
+		t.Fatal(err)
+	}
+	st := cp1.State()
+	cp2, err := controlplane.New(cfg, nil, controlplane.Options{Restore: &st}, 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range cp2.Snapshot().Backends {
+		if b != nil && b.Name == "b1" && (!b.Removed || b.DrainUntil != 61000) {
+			t.Fatalf("b1 after restore: removed %v, drain until %d; want drained until 61000", b.Removed, b.DrainUntil)
+		}
+	}
+	if _, err := cp2.Undrain("b1", 6000); err != nil {
+		t.Fatalf("undrain of a restored drain: %v", err)
+	}
+}
+
+// TestOnRefs_BeforeTheSnapshot: a reload that adds a backend hands the
+// state with its ref to OnRefs before the snapshot that carries it is
+// published; a health change alone does not call it.
+func TestOnRefs_BeforeTheSnapshot(t *testing.T) {
+	one := svc{groups: []group{{name: "g", backends: []string{"b1"}}}}
+	eng := dataplane.NewEngine(nil)
+	var calls int
+	var seen controlplane.State
+	var published uint64
+	cp, err := controlplane.New(cptest.Config(t, configText(t, one)), eng, controlplane.Options{InitialHealthy: true,
+		OnRefs: func(s controlplane.State) {
+			calls++
+			seen = s
+			if snap := eng.Load(); snap != nil {
+				published = snap.Gen
+			}
+		}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.SetHealth("b1", false, 1); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 {
+		t.Fatalf("OnRefs called %d times after New and a health change, want 1", calls)
+	}
+	before := cp.Snapshot().Gen
+	one.groups[0].backends = []string{"b1", "b2"}
+	if _, err := cp.Apply(cptest.Config(t, configText(t, one)), 2); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 2 || published != before {
+		t.Fatalf("after a reload: %d calls, published generation %d when called; want 2 calls, while %d was the last published", calls, published, before)
+	}
+	var b2 *dataplane.Backend
+	for _, b := range cp.Snapshot().Backends {
+		if b != nil && b.Name == "b2" {
+			b2 = b
+		}
+	}
+	found := false
+	for _, r := range seen.Backends {
+		found = found || (r.IP == b2.IP && dataplane.MakeRef(r.Slot, r.Gen) == b2.Ref)
+	}
+	if !found {
+		t.Fatalf("state handed to OnRefs %+v lacks b2's ref %#x", seen.Backends, b2.Ref)
+	}
+}
