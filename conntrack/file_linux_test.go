@@ -257,3 +257,28 @@ func TestOpen_ReachRepaired(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkTableFile is BenchmarkTable's 4M table kept in a file (Open) in
+// $XLB_CT_BENCH_DIR, by default /dev/shm (tmpfs, like /run): a shared
+// mapping of the page cache, whose pages are huge only where the tmpfs
+// allows it (mount option huge=), next to the anonymous mapping of New.
+func BenchmarkTableFile(b *testing.B) {
+	dir := os.Getenv("XLB_CT_BENCH_DIR")
+	if dir == "" {
+		dir = "/dev/shm"
+	}
+	benchTable(b, []int{1 << 22}, func(size int) *Table {
+		d, err := os.MkdirTemp(dir, "xlb-ct-bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { os.RemoveAll(d) })
+		tb, _, err := Open(filepath.Join(d, "ct"), size, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(tb.unmap)
+		b.Logf("memory %+v", tb.Memory())
+		return tb
+	})
+}
