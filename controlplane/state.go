@@ -76,6 +76,14 @@ func (c *ControlPlane) State() State {
 	return c.state()
 }
 
+// WithState calls fn with the state under the control plane's lock, so
+// that what fn saves is never older than what OnRefs saved before it.
+func (c *ControlPlane) WithState(fn func(State)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fn(c.state())
+}
+
 func (c *ControlPlane) state() State {
 	s := State{Format: StateFormat, NextService: c.nextSvc, Gens: append([]uint32(nil), c.gens...)}
 	for _, name := range c.order {

@@ -33,8 +33,8 @@ type keeper struct {
 	tableID uint64
 	log     *zap.Logger
 
-	mu      sync.Mutex
-	lastGen uint64 // the snapshot generation last saved by the ticker
+	mu      sync.Mutex // one write at a time
+	lastGen uint64     // the snapshot generation the ticker last saved (its own)
 }
 
 // openTable returns the conntrack table: kept in state_dir when one is
@@ -130,12 +130,14 @@ func (k *keeper) run(ctx context.Context, cp *controlplane.ControlPlane) {
 	for {
 		select {
 		case <-ctx.Done():
-			k.save(cp.State())
+			cp.WithState(k.save)
 			return
 		case <-t.C:
+			// Under the control plane's lock: a state read before a
+			// reload's OnRefs must not be written after it.
 			if gen := cp.Snapshot().Gen; gen != k.lastGen {
 				k.lastGen = gen
-				k.save(cp.State())
+				cp.WithState(k.save)
 			}
 		}
 	}

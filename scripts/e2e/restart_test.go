@@ -104,10 +104,23 @@ func TestRestart_FlowsSurvive(t *testing.T) {
 
 	restart := func(how string, stop func()) {
 		t.Helper()
+		old := p
 		stop()
+		if logHas(old, "saving the control plane's state") {
+			t.Errorf("%s: the previous xlb could not save its state (its log is below)", how)
+			t.Log(old.log.String())
+		}
 		p = startXLB(t, b, cfg)
 		if !logHas(p, `"msg":"conntrack table kept from the previous process"`) {
 			t.Errorf("%s: xlb's log has no line saying the conntrack table was kept", how)
+		}
+		// The previous view, before the health checks have spoken (a
+		// fresh start has every backend unhealthy at weight 1).
+		st := getStatus(t, b)
+		for n, w := range map[string]uint32{"b1": 0, "b2": 0, "b3": 1} {
+			if be := backendIn(st, "web", n); be == nil || !be.Healthy || be.Weight != w {
+				t.Errorf("%s, at once: %s is %+v, want healthy with weight %d as before", how, n, be, w)
+			}
 		}
 		broken(how + ", at once")
 		weightsAre(how+": weights 0, 0, 1 from health checks", map[string]uint32{"b1": 0, "b2": 0, "b3": 1})
