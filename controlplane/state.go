@@ -61,10 +61,23 @@ func ParseState(b []byte) (*State, error) {
 	if n := len(s.Gens); n > 0 && dataplane.MakeRef(uint32(n-1), 0).Slot() != uint32(n-1) {
 		return nil, fmt.Errorf("%d slots: more than a ref can name", n)
 	}
+	slots, names := map[uint32]bool{}, map[svcIP]bool{}
 	for _, b := range s.Backends {
 		if int(b.Slot) >= len(s.Gens) || s.Gens[b.Slot] != b.Gen || !b.IP.IsValid() || b.WeightState >= uint8(len(weightStateNames)) {
 			return nil, fmt.Errorf("backend %s of %q: slot %d generation %d inconsistent", b.IP, b.Service, b.Slot, b.Gen)
 		}
+		key := svcIP{b.Service, b.IP}
+		if slots[b.Slot] || names[key] {
+			return nil, fmt.Errorf("backend %s of %q (slot %d) listed twice", b.IP, b.Service, b.Slot)
+		}
+		slots[b.Slot], names[key] = true, true
+	}
+	ids := map[uint16]bool{}
+	for _, sv := range s.Services {
+		if ids[sv.ID] {
+			return nil, fmt.Errorf("service ID %d listed twice", sv.ID)
+		}
+		ids[sv.ID] = true
 	}
 	return &s, nil
 }

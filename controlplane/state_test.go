@@ -165,6 +165,9 @@ func TestParseState_Refuses(t *testing.T) {
 		"format":     `{"format":2}`,
 		"generation": `{"format":1,"generations":[3],"backends":[{"service":"web","ip":"10.0.1.1","slot":0,"generation":2}]}`,
 		"slot":       `{"format":1,"generations":[0],"backends":[{"service":"web","ip":"10.0.1.1","slot":1,"generation":0}]}`,
+		"same slot":  `{"format":1,"generations":[0],"backends":[{"service":"web","ip":"10.0.1.1","slot":0,"generation":0},{"service":"web","ip":"10.0.1.2","slot":0,"generation":0}]}`,
+		"same name":  `{"format":1,"generations":[0,0],"backends":[{"service":"web","ip":"10.0.1.1","slot":0,"generation":0},{"service":"web","ip":"10.0.1.1","slot":1,"generation":0}]}`,
+		"same id":    `{"format":1,"services":[{"name":"a","id":1},{"name":"b","id":1}]}`,
 	}
 	for name, text := range cases {
 		if _, err := controlplane.ParseState([]byte(text)); err == nil {
