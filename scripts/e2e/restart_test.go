@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,9 +23,10 @@ import (
 // restart moves many of them); then b1 and b2 report weight 0 and b3 1,
 // so that every connection sits off Maglev's choice (a new selection
 // sends it to b3, whose kernel resets it). xlb is stopped with SIGTERM and restarted, then killed with
-// SIGKILL and restarted: after each restart every connection is answered
-// by its own backend, at once (before the new process's first health
-// round) and again once health checks have spoken. Last, a table file of
+// SIGKILL and restarted, while every connection asks every 100 ms: each
+// is answered by its own backend across the restart, again at once after
+// it (before the new process's first health round, whose view is the old
+// one's) and once health checks have spoken. Last, a table file of
 // another layout version (a binary of another layout) is refused with a
 // clear log line, moved aside, and xlb starts empty and serves.
 func TestRestart_FlowsSurvive(t *testing.T) {
@@ -105,12 +108,45 @@ func TestRestart_FlowsSurvive(t *testing.T) {
 	restart := func(how string, stop func()) {
 		t.Helper()
 		old := p
+		// Live traffic across the restart: every connection asks every
+		// 100 ms (a request in the gap is retransmitted by TCP until the
+		// new process forwards it), until each has been answered again
+		// by the new process.
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			failed  []string
+			answers = make([]atomic.Int64, len(cs))
+			halt    = make(chan struct{})
+		)
+		for i := range cs {
+			wg.Go(func() {
+				for {
+					select {
+					case <-halt:
+						return
+					default:
+					}
+					got, err := askOnWithin(cs[i].c, 10*time.Second)
+					if err != nil || got != cs[i].backend {
+						mu.Lock()
+						failed = append(failed, fmt.Sprintf("connection %d to %s: answered by %q, %v", i, cs[i].backend, got, err))
+						mu.Unlock()
+						return
+					}
+					answers[i].Add(1)
+					time.Sleep(100 * time.Millisecond)
+				}
+			})
+		}
+		begin := time.Now()
 		stop()
 		if logHas(old, "saving the control plane's state") {
 			t.Errorf("%s: the previous xlb could not save its state (its log is below)", how)
 			t.Log(old.log.String())
 		}
 		p = startXLB(t, b, cfg)
+		t.Logf("%s: %v from the stop to the new xlb's /healthz", how, time.Since(begin).Round(time.Millisecond))
 		if !logHas(p, `"msg":"conntrack table kept from the previous process"`) {
 			t.Errorf("%s: xlb's log has no line saying the conntrack table was kept", how)
 		}
@@ -121,6 +157,37 @@ func TestRestart_FlowsSurvive(t *testing.T) {
 			if be := backendIn(st, "web", n); be == nil || !be.Healthy || be.Weight != w {
 				t.Errorf("%s, at once: %s is %+v, want healthy with weight %d as before", how, n, be, w)
 			}
+		}
+		// Every connection answered again, by the new process.
+		base := make([]int64, len(cs))
+		for i := range cs {
+			base[i] = answers[i].Load()
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		waited := 0
+		for waited < len(cs) && time.Now().Before(deadline) {
+			i := waited
+			mu.Lock()
+			n := len(failed)
+			mu.Unlock()
+			if n > 0 || answers[i].Load() > base[i] {
+				waited++
+				continue
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		close(halt)
+		wg.Wait()
+		if waited < len(cs) && len(failed) == 0 {
+			t.Errorf("%s, under live traffic: connection %d not answered by the new xlb within 30s", how, waited)
+		}
+		for i, f := range failed {
+			if i < 5 {
+				t.Errorf("%s, under live traffic: %s", how, f)
+			}
+		}
+		if len(failed) > 0 {
+			t.Errorf("%s, under live traffic: %d of %d connections broken, want 0", how, len(failed), len(cs))
 		}
 		broken(how + ", at once")
 		weightsAre(how+": weights 0, 0, 1 from health checks", map[string]uint32{"b1": 0, "b2": 0, "b3": 1})
@@ -162,4 +229,13 @@ func TestRestart_FlowsSurvive(t *testing.T) {
 	if c := newConns(t, b, web, 20); c["b3"] != 20 {
 		t.Errorf("20 new connections after an empty start: %v, want all on b3", c)
 	}
+}
+
+// askOnWithin is askOn with a timeout of its own.
+func askOnWithin(c *testbed.HTTPConn, timeout time.Duration) (string, error) {
+	r, err := c.Get("/", timeout)
+	if err == nil && r.Status != 200 {
+		err = fmt.Errorf("status %d", r.Status)
+	}
+	return r.Backend, err
 }
