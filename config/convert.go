@@ -98,6 +98,10 @@ func (c *converter) dataplane(r *rawDataplane) Dataplane {
 		FrameSize:         int(c.integer(p+".frame_size", r.FrameSize, defaultFrameSize, 2048, 4096)),
 		RingSize:          int(c.integer(p+".ring_size", r.RingSize, defaultRingSize, minRingSize, maxRingSize)),
 		ConntrackCapacity: int(c.integer(p+".conntrack_capacity", r.ConntrackCapacity, defaultConntrackCapacity, minConntrackCapacity, maxConntrackCapacity)),
+		StateDir:          c.str(p+".state_dir", r.StateDir, ""),
+	}
+	if d.StateDir != "" && !strings.HasPrefix(d.StateDir, "/") {
+		c.add(p+".state_dir", "%q is not an absolute path", d.StateDir)
 	}
 	if r.Interface.set && !validInterfaceName(d.Interface) {
 		c.add(p+".interface", "%q is not a valid interface name", d.Interface)

@@ -22,7 +22,7 @@ func exampleConfig() *Config {
 		Dataplane: Dataplane{
 			Interface: "eth1", AllQueues: true, CPUs: []int{2, 3},
 			XDPMode: XDPAuto, ZeroCopy: ZeroCopyAuto,
-			FrameSize: 4096, RingSize: 2048, ConntrackCapacity: 4194304,
+			FrameSize: 4096, RingSize: 2048, ConntrackCapacity: 4194304, StateDir: "/run/xlb",
 		},
 		Admin: Admin{Listen: "127.0.0.1:9110", Socket: "/run/xlb/admin.sock"},
 		HealthChecks: []HealthCheck{{
@@ -157,9 +157,9 @@ func TestF1_FailoverPolicy(t *testing.T) {
 func TestDataplaneSettings(t *testing.T) {
 	cfg := mustParse(t, file("[dataplane]", `interface = "ens5f0"`, "queues = [0, 3]", "cpus = [4, 5]",
 		`xdp_mode = "generic"`, `zero_copy = "off"`, "frame_size = 2048", "ring_size = 64", "conntrack_capacity = 1024",
-		"[admin]", `listen = "[::1]:9000"`)+valid)
+		`state_dir = "/run/xlb"`, "[admin]", `listen = "[::1]:9000"`)+valid)
 	want := Dataplane{Interface: "ens5f0", Queues: []int{0, 3}, CPUs: []int{4, 5}, XDPMode: XDPGeneric,
-		ZeroCopy: ZeroCopyOff, FrameSize: 2048, RingSize: 64, ConntrackCapacity: 1024}
+		ZeroCopy: ZeroCopyOff, FrameSize: 2048, RingSize: 64, ConntrackCapacity: 1024, StateDir: "/run/xlb"}
 	if !reflect.DeepEqual(cfg.Dataplane, want) {
 		t.Errorf("got %+v, want %+v", cfg.Dataplane, want)
 	}

@@ -35,6 +35,7 @@ type rawDataplane struct {
 	FrameSize         val `toml:"frame_size"`
 	RingSize          val `toml:"ring_size"`
 	ConntrackCapacity val `toml:"conntrack_capacity"`
+	StateDir          val `toml:"state_dir"`
 }
 
 type rawAdmin struct {

@@ -34,6 +34,9 @@ type Dataplane struct {
 	FrameSize         int
 	RingSize          int
 	ConntrackCapacity int
+	// StateDir keeps the conntrack table and the control plane's state
+	// across `xlb run` processes ("": not kept).
+	StateDir string
 }
 
 // Admin is the [admin] section.

@@ -45,6 +45,7 @@ func TestDataplaneValidation(t *testing.T) {
 		{"RingSizeSmall", dp(`ring_size = 32 # <-`), "dataplane.ring_size", "32 is outside [64, 65536]", false},
 		{"RingSizeBig", dp(`ring_size = 131072 # <-`), "dataplane.ring_size", "131072 is outside [64, 65536]", false},
 		{"ConntrackSmall", dp(`conntrack_capacity = 1000 # <-`), "dataplane.conntrack_capacity", "1000 is outside [1024, 268435456]", false},
+		{"StateDirRelative", dp(`state_dir = "run/xlb" # <-`), "dataplane.state_dir", `"run/xlb" is not an absolute path`, false},
 		{"ConntrackBig", dp(`conntrack_capacity = 268435457 # <-`), "dataplane.conntrack_capacity", "268435457 is outside", false},
 		{"Interface", dp(`interface = "eth/1" # <-`), "dataplane.interface", `"eth/1" is not a valid interface name`, false},
 		{"InterfaceEmpty", dp(`interface = "" # <-`), "dataplane.interface", `"" is not a valid interface name`, false},

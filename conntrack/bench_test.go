@@ -15,9 +15,15 @@ import (
 // top of the prefill, so long runs measure a table that is full and
 // evicting (X3), the steady state under churn.
 func BenchmarkTable(b *testing.B) {
-	for _, size := range []int{1 << 20, 1 << 22} {
+	benchTable(b, []int{1 << 20, 1 << 22}, func(size int) *Table { return mustNew(b, size) })
+}
+
+// benchTable runs BenchmarkTable's operations on tables of the given sizes
+// that mk makes.
+func benchTable(b *testing.B, sizes []int, mk func(size int) *Table) {
+	for _, size := range sizes {
 		b.Run(fmt.Sprintf("%dM", size>>20), func(b *testing.B) {
-			tab := mustNew(b, size)
+			tab := mk(size)
 			filled := size / 4 * 3
 			hits := make([]Key, 0, filled)
 			for i := range filled {

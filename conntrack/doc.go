@@ -31,6 +31,16 @@
 // no worker pays a first-touch fault, a 2 MiB page zeroed, in its packet
 // loop. Lock keeps it resident (mlock). Memory says how it went.
 //
+// Open keeps the table in a file instead, on a memory-backed file system,
+// mapped shared: a header (magic, layout version, slot geometry, bucket
+// count, seed, boot ID, a table ID, a checksum), then the buckets as
+// above. The next process that opens the file with the same geometry on
+// the same boot takes the table over, entries, seed and all: a killed
+// process leaves every entry it stored, but for slots it was inside
+// (odd sequence), which Open clears. A file that does not match is moved
+// aside and a new one made. Last-use times must then be on a clock shared
+// by processes (CLOCK_MONOTONIC).
+//
 // A lookup reads its home slot and, while the home's reach says so, the
 // next slots of the probe order; it compares all five key words of each
 // slot whose occupant has the same home, so two flows never share an entry
@@ -67,6 +77,7 @@
 // live entry, at 75 % 5 %, at 100 % 14 %. Size the capacity at about twice
 // the expected number of concurrent flows to keep evictions rare.
 //
-// The hash is seeded from crypto/rand at New, so bucket placement is not
-// predictable from outside (hash flooding) and differs between processes.
+// The hash is seeded from crypto/rand at New (and at Open for a new
+// file), so bucket placement is not predictable from outside (hash
+// flooding) and differs between tables.
 package conntrack

@@ -13,7 +13,8 @@ type Memory struct {
 	// page); PopulateTime what it took.
 	Populate     string
 	PopulateTime time.Duration
-	Locked       bool // Lock succeeded: resident, never swapped out
+	Locked       bool   // Lock succeeded: resident, never swapped out
+	File         string // Open: the file the table is kept in ("" for New)
 }
 
 // Memory returns how the table's memory was allocated.

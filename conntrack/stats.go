@@ -2,7 +2,8 @@ package conntrack
 
 import "sync/atomic"
 
-// Stats are cumulative counters since New.
+// Stats are cumulative counters since New, or since Open, which counts
+// the entries it found in its file as inserts.
 type Stats struct {
 	Inserts   uint64 // new keys stored (Upsert returned Inserted or Evicted)
 	Updates   uint64 // live entries overwritten in place (Updated)

@@ -126,6 +126,7 @@ type Table struct {
 	mem      Memory
 	mapping  []byte // the buckets' own mapping (nil on the Go heap), for Lock
 	unmap    func() // tests: unmap now, not when collected (nil on the Go heap)
+	fileID   uint64 // Open: the file's table id; 0 for New
 }
 
 // New returns an empty table holding at least capacity entries: the

@@ -52,6 +52,15 @@ type Options struct {
 	// there is none, a synthetic one (sim and explain send nothing).
 	Resolve func(ep config.Endpoint, method config.ForwardingMethod) ([6]byte, bool)
 	Logger  *zap.Logger
+	// Restore is the state a previous process left (State): its service
+	// IDs and backend refs are taken over for what the configuration
+	// still has, so that the conntrack entries kept with it stay valid.
+	Restore *State
+	// OnRefs, when set, is called with the state before any snapshot that
+	// carries a service ID or backend ref the last call did not (and
+	// before the first), under the control plane's lock: once it returns,
+	// the refs the data plane may record are in the state it saved.
+	OnRefs func(State)
 }
 
 // ErrUnknownBackend is returned for a name that names no current backend.
@@ -89,6 +98,9 @@ type ControlPlane struct {
 	// forwarding method). A retired service keeps its ID reserved.
 	draining []drainingRule
 	retired  map[uint16]*serviceState
+	// refsDirty: IDs, refs or drains changed since OnRefs was last called.
+	refsDirty bool
+	restored  int // backends taken over from Options.Restore
 }
 
 // drainingRule is a removed forwarding rule while it drains; key is what
@@ -158,6 +170,9 @@ func New(cfg *config.Config, engine *dataplane.Engine, opts Options, now int64) 
 		ids:      map[uint16]struct{}{},
 		bySvcIP:  map[svcIP]uint32{},
 		retired:  map[uint16]*serviceState{},
+	}
+	if opts.Restore != nil {
+		c.restore(cfg, opts.Restore)
 	}
 	if _, err := c.Apply(cfg, now); err != nil {
 		return nil, err
@@ -274,6 +289,7 @@ func (c *ControlPlane) Apply(cfg *config.Config, now int64) (Diff, error) {
 	}
 	c.order = newOrder
 	c.cfg = cfg
+	c.refsDirty = true
 	c.publish(now)
 	return d, nil
 }
@@ -448,6 +464,7 @@ func (c *ControlPlane) reap(now int64) {
 			}
 			c.slots[slot] = nil
 			c.free = append(c.free, uint32(slot))
+			c.refsDirty = true
 		}
 	}
 }
@@ -478,6 +495,7 @@ func (c *ControlPlane) Drain(name string, now int64) ([]string, error) {
 		}
 		b.removed, b.drained = true, true
 		b.drainUntil = now + c.services[b.service].cfg.DrainingTimeout.Milliseconds()
+		c.refsDirty = true
 	})
 }
 
@@ -489,6 +507,7 @@ func (c *ControlPlane) Undrain(name string, now int64) ([]string, error) {
 			return
 		}
 		b.removed, b.drained = false, false
+		c.refsDirty = true
 		if now >= b.drainUntil {
 			// Its entries were removed when draining ended (M5); a new
 			// generation keeps them from coming back to life.
@@ -653,6 +672,10 @@ func (c *ControlPlane) publish(now int64) {
 		s.Rules = append(s.Rules, vr)
 	}
 	s.IndexVIPs()
+	if c.refsDirty && c.opts.OnRefs != nil {
+		c.opts.OnRefs(c.state())
+	}
+	c.refsDirty = false
 	c.snap = s
 	if c.engine != nil {
 		c.engine.Store(s)

@@ -118,7 +118,7 @@ func healthApplier(cp reportApplier, feeds func() map[string][]healthFeed, now f
 				hm.Observe(checkName(r.Key), r.Pass, r.Latency)
 			}
 		}
-		if err := cp.ApplyReports(healthReports(rs, feeds()), now()); err != nil {
+		if err := cp.ApplyReports(healthReports(round.hold(rs), feeds()), now()); err != nil {
 			log.Warn("health results for unknown backends", zap.Error(err))
 		}
 		round.results(rs)
@@ -142,6 +142,12 @@ type firstRound struct {
 	mu      sync.Mutex
 	pending map[string]bool
 	done    chan struct{}
+	// held are the targets whose backends a previous process left healthy
+	// (state_dir): they stay healthy while their probes pass, until the
+	// checker's thresholds call them healthy too, so that a restart does
+	// not take them out of service for the healthy_threshold's probes.
+	// A failed probe ends the hold at once.
+	held map[string]bool
 }
 
 func newFirstRound(targets []healthcheck.Target) *firstRound {
@@ -171,6 +177,61 @@ func (r *firstRound) results(rs []healthcheck.Result) {
 	if len(r.pending) == 0 {
 		r.pending = nil
 		close(r.done)
+	}
+}
+
+// hold returns rs with the verdict of held targets whose probe passed
+// kept healthy, and ends the hold of those whose probe failed or whom the
+// checker calls healthy. rs itself is not changed; nil r returns rs.
+func (r *firstRound) hold(rs []healthcheck.Result) []healthcheck.Result {
+	if r == nil {
+		return rs
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.held) == 0 {
+		return rs
+	}
+	out, copied := rs, false
+	for i, res := range rs {
+		if !r.held[res.Key] {
+			continue
+		}
+		if res.Healthy || !res.Pass {
+			delete(r.held, res.Key)
+			continue
+		}
+		if !copied {
+			out, copied = append([]healthcheck.Result(nil), rs...), true
+		}
+		out[i].Healthy = true
+	}
+	return out
+}
+
+// holdRestored holds the targets all of whose backends st restored
+// healthy (see firstRound.held); nil st holds none.
+func (r *firstRound) holdRestored(st *controlplane.State, feeds map[string][]healthFeed) {
+	if st == nil {
+		return
+	}
+	healthy := map[healthFeed]bool{}
+	for _, b := range st.Backends {
+		if b.Healthy && !b.Drained {
+			healthy[healthFeed{service: b.Service, ip: b.IP}] = true
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.held = map[string]bool{}
+	for key, fs := range feeds {
+		all := len(fs) > 0
+		for _, f := range fs {
+			all = all && healthy[f]
+		}
+		if all {
+			r.held[key] = true
+		}
 	}
 }
 

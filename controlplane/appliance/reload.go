@@ -295,6 +295,7 @@ func restartNeeded(old, cfg *config.Config) error {
 	diff("dataplane.frame_size", a.FrameSize == b.FrameSize)
 	diff("dataplane.ring_size", a.RingSize == b.RingSize)
 	diff("dataplane.conntrack_capacity", a.ConntrackCapacity == b.ConntrackCapacity)
+	diff("dataplane.state_dir", a.StateDir == b.StateDir)
 	diff("admin.listen", old.Admin.Listen == cfg.Admin.Listen)
 	diff("admin.socket", old.Admin.Socket == cfg.Admin.Socket)
 	diff("admin.pprof", old.Admin.Pprof == cfg.Admin.Pprof)

@@ -50,17 +50,21 @@ type stack struct {
 	queues []*queue
 	ct     *conntrack.Table
 	engine *dataplane.Engine
-	res    *neigh.Resolver
-	cp     *controlplane.ControlPlane
-	hc     *healthcheck.Checker
-	feeds  *atomic.Pointer[map[string][]healthFeed]
-	objs   *xdpprog.Objects
-	mode   xdpprog.Mode
-	vips   []netip.Addr
-	failed chan error // a worker's error
-	admin  *admin.Server
-	sp     *bgp.Speaker // nil without [bgp]
-	ann    *announcer   // nil without [bgp]
+	// restore is the state a previous process left with the table (nil:
+	// none); keep saves this one's (nil without state_dir).
+	restore *controlplane.State
+	keep    *keeper
+	res     *neigh.Resolver
+	cp      *controlplane.ControlPlane
+	hc      *healthcheck.Checker
+	feeds   *atomic.Pointer[map[string][]healthFeed]
+	objs    *xdpprog.Objects
+	mode    xdpprog.Mode
+	vips    []netip.Addr
+	failed  chan error // a worker's error
+	admin   *admin.Server
+	sp      *bgp.Speaker // nil without [bgp]
+	ann     *announcer   // nil without [bgp]
 
 	undo []func()
 }
@@ -191,7 +195,7 @@ func (s *stack) host() error {
 // bounded, for them and the routes, so the first clients find their
 // backends ready and encapsulation knows its source.
 func (s *stack) neighbours() error {
-	ct, err := conntrack.New(s.cfg.Dataplane.ConntrackCapacity)
+	ct, restore, keep, err := s.openTable()
 	if err != nil {
 		return fmt.Errorf("conntrack: %w", err)
 	}
@@ -203,11 +207,12 @@ func (s *stack) neighbours() error {
 	m := ct.Memory()
 	s.log.Info("conntrack table populated", zap.Int("entries", ct.Capacity()), zap.Int("mib", m.Bytes>>20),
 		zap.String("how", m.Populate), zap.Bool("huge_page_advice", m.HugeAdvice),
-		zap.Duration("took", m.PopulateTime), zap.Bool("locked", m.Locked))
+		zap.Duration("took", m.PopulateTime), zap.Bool("locked", m.Locked), zap.String("file", m.File))
 	if lockErr != nil {
 		s.log.Warn("conntrack table not locked in memory: it may be swapped out", zap.Error(lockErr))
 	}
 	s.ct, s.engine = ct, dataplane.NewEngine(ct)
+	s.restore, s.keep = restore, keep
 	res, err := neigh.New(s.cfg.Dataplane.Interface, s.base.Named("neigh")) // it names the interface itself
 	if err != nil {
 		return privErr("neighbour resolver", err)
@@ -224,24 +229,34 @@ func (s *stack) neighbours() error {
 
 // controlPlane builds the first snapshot. Every backend starts unhealthy
 // until its health check passes (until one does, E1-E4 fall back to all
-// backends).
+// backends), but for those restored from state_dir: they keep the refs,
+// health and weights the previous process left.
 func (s *stack) controlPlane() error {
 	local := localOf(s.res, s.cfg, s.link, s.log)
 	s.log.Info("local addresses", zap.String("mac", macString(local.MAC)),
 		addrField("encap_src_v4", encapSrc(local.EncapSrcV4, local.HasSrcV4)),
 		addrField("encap_src_v6", encapSrc(local.EncapSrcV6, local.HasSrcV6)),
 		zap.Int("max_frame", local.MaxFrame))
-	cp, err := controlplane.New(s.cfg, s.engine, controlplane.Options{
+	opts := controlplane.Options{
 		Local:          local,
 		InitialHealthy: false,
 		InitialWeight:  initialWeight,
 		Resolve:        s.res.Resolve,
 		Logger:         s.log.Named("controlplane"),
-	}, worker.NowMs())
+		Restore:        s.restore,
+	}
+	if s.keep != nil {
+		opts.OnRefs = s.keep.save
+	}
+	cp, err := controlplane.New(s.cfg, s.engine, opts, worker.NowMs())
 	if err != nil {
 		return fmt.Errorf("control plane: %w", err)
 	}
 	s.cp = cp
+	if s.restore != nil {
+		s.log.Info("backends restored with their refs, health and weights", zap.Int("backends", cp.Restored()))
+	}
+	s.keep.start(s)
 	// A MAC learned, changed or lost republishes the snapshot; so does
 	// one that changed before OnChange was registered.
 	s.res.OnChange(func() { cp.Publish(worker.NowMs()) })
@@ -256,6 +271,7 @@ func (s *stack) healthChecks() error {
 	s.feeds = &atomic.Pointer[map[string][]healthFeed]{} // a reload replaces them
 	s.feeds.Store(&first)
 	round := newFirstRound(targets)
+	round.holdRestored(s.restore, first)
 	s.a.checked.Store(round)
 	hlog := s.base.Named("healthcheck")
 	feeds := func() map[string][]healthFeed { return *s.feeds.Load() }

@@ -1,20 +1,37 @@
 package worker
 
-import "time"
+import (
+	"time"
 
-// epoch is the zero of NowMs. time.Since reads the monotonic clock (vDSO,
+	"golang.org/x/sys/unix"
+)
+
+// epoch is the zero of nowNs. time.Since reads the monotonic clock (vDSO,
 // no syscall), so wall-clock steps never move it.
 var epoch = time.Now()
 
-// NowMs is the data plane's clock: monotonic milliseconds since the process
-// started. Conntrack timestamps and the control plane's drain deadlines are
-// on it, so the control plane must be driven with it too.
-func NowMs() int64 { return time.Since(epoch).Milliseconds() }
+// monoBase is CLOCK_MONOTONIC at epoch, in ns: NowMs adds it so that its
+// readings are the system's monotonic clock, shared by every process of
+// this boot. A conntrack table kept across a restart (state_dir) carries
+// last-use times on it that the next process compares with its own.
+var monoBase = func() int64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
+		return 0
+	}
+	return ts.Nano() - int64(time.Since(epoch))
+}()
 
-// nowNs is the same clock in nanoseconds, for the spin bound and the
-// capture's timestamps.
+// NowMs is the data plane's clock: CLOCK_MONOTONIC milliseconds (since
+// boot, the same in every process). Conntrack timestamps and the control
+// plane's drain deadlines are on it, so the control plane must be driven
+// with it too.
+func NowMs() int64 { return (monoBase + int64(time.Since(epoch))) / 1e6 }
+
+// nowNs is process-relative monotonic nanoseconds, for the spin bound and
+// the capture's timestamps.
 func nowNs() int64 { return int64(time.Since(epoch)) }
 
-// Epoch is the wall time at the zero of the workers' clock (a capture's
-// timestamps are on it).
+// Epoch is the wall time at the zero of nowNs (a capture's timestamps are
+// on it).
 func Epoch() time.Time { return epoch }

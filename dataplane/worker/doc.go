@@ -7,8 +7,9 @@
 //	nothing received ─> spin: Poller.Poll(0), a syscall only if the kernel set need-wakeup
 //	idle for Spin ─> sleep: Poller.Poll(IdleWait), woken by the first frame
 //
-// The clock is read once per round (NowMs's monotonic milliseconds, the
-// clock the control plane must use too) and the snapshot once per batch,
+// The clock is read once per round (NowMs's CLOCK_MONOTONIC milliseconds,
+// the clock the control plane must use too, and the one a conntrack table
+// kept across processes carries) and the snapshot once per batch,
 // inside the engine. A round allocates nothing and makes no syscall of its
 // own; the port and the poller make one only when the kernel asks for it.
 // Busy-polling is bounded so that an idle appliance sleeps instead of

@@ -1,0 +1,304 @@
+//go:build linux
+
+package conntrack
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"runtime"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// A table file keeps a table across processes: a header, then the buckets
+// exactly as a Table holds them, mapped MAP_SHARED. On a memory-backed
+// file system (tmpfs, /run) the mapping is the page cache itself: every
+// store a worker makes is in the file at once, so a process killed by
+// SIGKILL leaves the table as it was, but for the slots it was writing
+// (odd sequence), which Open clears.
+//
+// The header takes the first fileHeaderSpan bytes, so that the buckets
+// start on a huge-page boundary of the file (shmem maps huge pages only at
+// aligned file offsets); the rest of the span is never written.
+const (
+	fileMagic      = "xlb-ct\x00\x01"
+	fileLayout     = 1 // the layout of header, slots and buckets; bump on any change
+	fileHeaderSpan = hugePage
+	fileHeaderSize = 128
+	fileClockMono  = 1 // last-use times are CLOCK_MONOTONIC ms
+)
+
+// fileHeader is the header's content, little endian at offset 0:
+//
+//	0   magic [8]
+//	8   layout u32, slot size u32, slots per bucket u32, clock u32
+//	24  buckets u64
+//	32  seed [6]u64
+//	80  boot id [16] (/proc/sys/kernel/random/boot_id: the clock's epoch)
+//	96  table id u64 (random, names this table to the state kept beside it)
+//	104 reserved [20]
+//	124 crc32c of bytes 0..124
+type fileHeader struct {
+	layout, slotSize, perBucket, clock uint32
+	buckets                            uint64
+	seed                               [6]uint64
+	boot                               [16]byte
+	id                                 uint64
+}
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+func (h *fileHeader) marshal() []byte {
+	b := make([]byte, fileHeaderSize)
+	copy(b, fileMagic)
+	le := binary.LittleEndian
+	le.PutUint32(b[8:], h.layout)
+	le.PutUint32(b[12:], h.slotSize)
+	le.PutUint32(b[16:], h.perBucket)
+	le.PutUint32(b[20:], h.clock)
+	le.PutUint64(b[24:], h.buckets)
+	for i, s := range h.seed {
+		le.PutUint64(b[32+8*i:], s)
+	}
+	copy(b[80:96], h.boot[:])
+	le.PutUint64(b[96:], h.id)
+	le.PutUint32(b[124:], crc32.Checksum(b[:124], crcTable))
+	return b
+}
+
+// ErrForeignFile is what Open's Refused wraps: the file exists but is not a
+// table this process can take over.
+var ErrForeignFile = errors.New("not a conntrack table of this layout, size and boot")
+
+// unmarshalHeader checks magic, checksum and layout and returns the header.
+func unmarshalHeader(b []byte) (fileHeader, error) {
+	var h fileHeader
+	if len(b) < fileHeaderSize {
+		return h, fmt.Errorf("%w: shorter than a header", ErrForeignFile)
+	}
+	if string(b[:8]) != fileMagic {
+		return h, fmt.Errorf("%w: bad magic %q", ErrForeignFile, b[:8])
+	}
+	le := binary.LittleEndian
+	if got, want := le.Uint32(b[124:]), crc32.Checksum(b[:124], crcTable); got != want {
+		return h, fmt.Errorf("%w: header checksum %08x, want %08x", ErrForeignFile, got, want)
+	}
+	h.layout, h.slotSize, h.perBucket, h.clock = le.Uint32(b[8:]), le.Uint32(b[12:]), le.Uint32(b[16:]), le.Uint32(b[20:])
+	h.buckets = le.Uint64(b[24:])
+	for i := range h.seed {
+		h.seed[i] = le.Uint64(b[32+8*i:])
+	}
+	copy(h.boot[:], b[80:96])
+	h.id = le.Uint64(b[96:])
+	if h.layout != fileLayout {
+		return h, fmt.Errorf("%w: layout %d, this binary's is %d", ErrForeignFile, h.layout, fileLayout)
+	}
+	if h.slotSize != uint32(unsafe.Sizeof(slot{})) || h.perBucket != slotsPerBucket || h.clock != fileClockMono {
+		return h, fmt.Errorf("%w: slot size %d, slots per bucket %d, clock %d", ErrForeignFile, h.slotSize, h.perBucket, h.clock)
+	}
+	return h, nil
+}
+
+// bootID is this boot's identity: CLOCK_MONOTONIC restarts with it.
+func bootID() [16]byte {
+	var id [16]byte
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return id
+	}
+	hex := bytes.ReplaceAll(bytes.TrimSpace(b), []byte("-"), nil)
+	for i := 0; i < 16 && 2*i+1 < len(hex); i++ {
+		id[i] = unhex(hex[2*i])<<4 | unhex(hex[2*i+1])
+	}
+	return id
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0'
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10
+	}
+	return 0
+}
+
+// OpenInfo says what Open found.
+type OpenInfo struct {
+	// Kept: the file held a table of this layout, size and boot, now in
+	// use with its entries (Entries live ones, Torn slots cleared).
+	Kept    bool
+	Entries int
+	Torn    int
+	// Refused is why an existing file was not used (nil: none, or kept);
+	// it was renamed to RefusedAs and the table starts empty.
+	Refused   error
+	RefusedAs string
+}
+
+// Open returns a table of at least capacity entries kept in the file at
+// path, on a memory-backed file system: the table a previous process left
+// there when its header matches (magic, layout, slot geometry, bucket
+// count, boot, checksum), else a new empty one. A file that does not match
+// is renamed aside (path + ".refused") and reported in OpenInfo.Refused,
+// never used. The file is locked (flock) while the table lives: a second
+// process gets an error. now (ms, CLOCK_MONOTONIC) expires nothing; it is
+// only used to count live entries. An error leaves no table; callers fall
+// back to New.
+func Open(path string, capacity int, now int64) (*Table, OpenInfo, error) {
+	var info OpenInfo
+	if capacity < MinCapacity || capacity > MaxCapacity {
+		return nil, info, fmt.Errorf("%w: %d not in [%d, %d]", ErrCapacity, capacity, MinCapacity, MaxCapacity)
+	}
+	n := 1
+	for n*slotsPerBucket < capacity {
+		n <<= 1
+	}
+	size := n * int(unsafe.Sizeof(bucket{}))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, info, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, info, fmt.Errorf("%s is in use by another process: %w", path, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, info, err
+	}
+	boot := bootID()
+	var hdr fileHeader
+	keep := false
+	if fi.Size() > 0 {
+		b := make([]byte, fileHeaderSize)
+		_, rerr := f.ReadAt(b, 0)
+		hdr, err = unmarshalHeader(b)
+		switch {
+		case rerr != nil:
+			err = fmt.Errorf("%w: %v", ErrForeignFile, rerr)
+		case err != nil:
+		case hdr.buckets != uint64(n):
+			err = fmt.Errorf("%w: %d entries, configured %d", ErrForeignFile, hdr.buckets*slotsPerBucket, n*slotsPerBucket)
+		case hdr.boot != boot:
+			err = fmt.Errorf("%w: written before the last reboot", ErrForeignFile)
+		case fi.Size() != int64(fileHeaderSpan+size):
+			err = fmt.Errorf("%w: %d bytes, want %d", ErrForeignFile, fi.Size(), fileHeaderSpan+size)
+		}
+		if err != nil {
+			info.Refused, info.RefusedAs = err, path+".refused"
+			// Aside, not deleted: an operator may want to look. The
+			// lock stays with the open descriptor, on the renamed file;
+			// the new file gets its own.
+			rnErr := os.Rename(path, info.RefusedAs)
+			f.Close()
+			if rnErr != nil {
+				return nil, info, fmt.Errorf("moving aside %s: %w", path, rnErr)
+			}
+			return openNew(path, n, size, boot, info)
+		}
+		keep = true
+	}
+	if !keep {
+		f.Close()
+		return openNew(path, n, size, boot, info)
+	}
+	t, err := mapFile(f, n, size, hdr)
+	if err != nil {
+		return nil, info, err
+	}
+	info.Kept = true
+	info.Torn = t.repair()
+	t.Range(now, func(Key, Entry) bool { info.Entries++; return true })
+	return t, info, nil
+}
+
+// openNew creates the file at path afresh (empty table, new seed and id).
+func openNew(path string, n, size int, boot [16]byte, info OpenInfo) (*Table, OpenInfo, error) {
+	tmp := path + ".new"
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, info, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, info, fmt.Errorf("%s is in use by another process: %w", tmp, err)
+	}
+	var b [56]byte
+	rand.Read(b[:])
+	hdr := fileHeader{layout: fileLayout, slotSize: uint32(unsafe.Sizeof(slot{})), perBucket: slotsPerBucket,
+		clock: fileClockMono, buckets: uint64(n), boot: boot}
+	for i := range hdr.seed {
+		hdr.seed[i] = binary.LittleEndian.Uint64(b[i*8:])
+	}
+	hdr.id = binary.LittleEndian.Uint64(b[48:]) | 1
+	// Every page allocated now: a full tmpfs fails here, not with a
+	// SIGBUS in a worker.
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(fileHeaderSpan+size)); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, info, fmt.Errorf("allocating %d MiB for %s: %w", (fileHeaderSpan+size)>>20, path, err)
+	}
+	if _, err := f.WriteAt(hdr.marshal(), 0); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, info, err
+	}
+	// In place only once complete: a kill before this leaves no half file.
+	if err := os.Rename(tmp, path); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, info, err
+	}
+	t, err := mapFile(f, n, size, hdr)
+	return t, info, err
+}
+
+// mapFile maps f's buckets shared, advised to use huge pages and
+// populated, and returns the table on them. f stays open (its lock held)
+// while the table lives.
+func mapFile(f *os.File, n, size int, hdr fileHeader) (*Table, error) {
+	fd := int(f.Fd())
+	// Allocated (a no-op where it is already): no hole left to SIGBUS on.
+	if err := unix.Fallocate(fd, 0, 0, int64(fileHeaderSpan+size)); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("allocating %d MiB for %s: %w", (fileHeaderSpan+size)>>20, f.Name(), err)
+	}
+	mem, err := unix.Mmap(fd, fileHeaderSpan, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("mapping %s: %w", f.Name(), err)
+	}
+	t := &Table{
+		mask:     uint64(n - 1),
+		homeMask: slotMask,
+		seed:     hdr.seed,
+		stats:    make([]stripe, min(n, statStripes)),
+		fileID:   hdr.id,
+	}
+	t.mem.Bytes = size
+	t.mem.HugeAdvice = unix.Madvise(mem, unix.MADV_HUGEPAGE) == nil
+	start := time.Now()
+	t.mem.Populate = populate(mem)
+	t.mem.PopulateTime = time.Since(start)
+	t.mem.Mapped, t.mem.File = true, f.Name()
+	t.mapping = mem
+	c := runtime.AddCleanup(t, func(m []byte) { _ = unix.Munmap(m); f.Close() }, mem)
+	t.unmap = func() {
+		c.Stop()
+		_ = unix.Munmap(mem)
+		f.Close()
+	}
+	t.buckets = unsafe.Slice((*bucket)(unsafe.Pointer(&mem[0])), n)
+	return t, nil
+}
+
+func crc32Castagnoli(b []byte) uint32 { return crc32.Checksum(b, crcTable) }
