@@ -96,3 +96,30 @@ func BenchmarkTable(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFill reports how many inserts of new keys evict a live entry
+// while a 1M table fills to 50, 90 and 100 % of its capacity (the share of
+// live evictions among inserts made between the previous mark and this
+// one), with every entry live (nothing expires). One iteration fills a
+// fresh table; the figures are the metrics, not the time.
+func BenchmarkFill(b *testing.B) {
+	const size = 1 << 20
+	for b.Loop() {
+		tab := mustNew(b, size)
+		c := tab.Capacity()
+		prev, prevEv := 0, uint64(0)
+		for _, pct := range []int{50, 90, 100} {
+			n := c * pct / 100
+			for i := prev; i < n; i++ {
+				k := key5(i)
+				tab.Upsert(&k, val(i), 0)
+			}
+			ev := tab.Stats().Evictions
+			b.ReportMetric(100*float64(ev-prevEv)/float64(n-prev), fmt.Sprintf("%%evict-to-%d", pct))
+			prev, prevEv = n, ev
+		}
+		if tab.unmap != nil {
+			tab.unmap()
+		}
+	}
+}

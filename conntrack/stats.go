@@ -6,9 +6,13 @@ import "sync/atomic"
 type Stats struct {
 	Inserts   uint64 // new keys stored (Upsert returned Inserted or Evicted)
 	Updates   uint64 // live entries overwritten in place (Updated)
-	Evictions uint64 // live entries displaced because their bucket was full (X3)
-	Reclaimed uint64 // expired entries whose slot was reused
-	Deletes   uint64 // entries removed by Delete
+	Evictions uint64 // live entries displaced because both their buckets were full (X3)
+	// EvictionsHalfOpen counts the Evictions of half-open entries (Value.HalfOpen);
+	// Evictions - EvictionsHalfOpen displaced established ones.
+	EvictionsHalfOpen uint64
+	Spills            uint64 // new keys stored in their second bucket (their first was full)
+	Reclaimed         uint64 // expired entries whose slot was reused
+	Deletes           uint64 // entries removed by Delete
 }
 
 // statStripes spreads the counters so that writers of different buckets
@@ -19,7 +23,16 @@ const statStripes = 64
 // statStripes), padded to a cache line.
 type stripe struct {
 	inserts, updates, evictions, reclaimed, deletes atomic.Uint64
-	_                                               [24]byte
+	evictionsHalfOpen, spills                       atomic.Uint64
+	_                                               [8]byte
+}
+
+// evicted counts a live eviction, of a half-open entry or not.
+func (st *stripe) evicted(half bool) {
+	st.evictions.Add(1)
+	if half {
+		st.evictionsHalfOpen.Add(1)
+	}
 }
 
 // Stats returns the counters, summed over stripes (not an atomic snapshot).
@@ -32,6 +45,8 @@ func (t *Table) Stats() Stats {
 		s.Evictions += st.evictions.Load()
 		s.Reclaimed += st.reclaimed.Load()
 		s.Deletes += st.deletes.Load()
+		s.EvictionsHalfOpen += st.evictionsHalfOpen.Load()
+		s.Spills += st.spills.Load()
 	}
 	return s
 }

@@ -428,7 +428,7 @@ func TestUpsertHint_SameAsUpsert(t *testing.T) {
 // home's reach covers it), is stored once, and no reach goes past the
 // farthest key of its home (deletes and evictions shrink it back).
 func TestReachCoversEveryKey(t *testing.T) {
-	for _, buckets := range []int{1, 2} {
+	for _, buckets := range []int{1, 2, 4} {
 		tab := newTable(buckets) // zero seed: the same walk every run
 		rng := rand.New(rand.NewPCG(uint64(buckets), 3))
 		now := int64(1000)
@@ -474,8 +474,18 @@ func checkReach(t *testing.T, tab *Table, op int) {
 			}
 			seen[k] = true
 			hint := tab.Hint(&k)
-			if hint.bi != uint64(bi) || int(hint.home) != hdrHome(h) {
-				t.Fatalf("op %d: %v in bucket %d home %d, hashes to %d home %d", op, k, bi, hdrHome(h), hint.bi, hint.home)
+			wantBi, wantHome := hint.bi, hint.home
+			if h&altBit != 0 {
+				wantBi, wantHome = hint.bi2, hint.home2
+				if hint.bi2 == hint.bi {
+					t.Fatalf("op %d: %v stored as a second choice but has one bucket", op, k)
+				}
+				if tab.buckets[hint.bi].slots[hint.home].hdr.Load()&spillBit == 0 {
+					t.Fatalf("op %d: %v in its second bucket, its first home has no spill bit", op, k)
+				}
+			}
+			if wantBi != uint64(bi) || int(wantHome) != hdrHome(h) {
+				t.Fatalf("op %d: %v in bucket %d home %d (alt %v), hashes to %d home %d", op, k, bi, hdrHome(h), h&altBit != 0, wantBi, wantHome)
 			}
 			p := i ^ hdrHome(h)
 			far[hdrHome(h)] = max(far[hdrHome(h)], p)
