@@ -11,6 +11,7 @@ type Stats struct {
 	// Evictions - EvictionsHalfOpen displaced established ones.
 	EvictionsHalfOpen uint64
 	Spills            uint64 // new keys stored in their second bucket (their first was full)
+	Moves             uint64 // keys moved to their other bucket to make room instead of evicting
 	Reclaimed         uint64 // expired entries whose slot was reused
 	Deletes           uint64 // entries removed by Delete
 }
@@ -23,8 +24,7 @@ const statStripes = 64
 // statStripes), padded to a cache line.
 type stripe struct {
 	inserts, updates, evictions, reclaimed, deletes atomic.Uint64
-	evictionsHalfOpen, spills                       atomic.Uint64
-	_                                               [8]byte
+	evictionsHalfOpen, spills, moves                atomic.Uint64
 }
 
 // evicted counts a live eviction, of a half-open entry or not.
@@ -47,6 +47,7 @@ func (t *Table) Stats() Stats {
 		s.Deletes += st.deletes.Load()
 		s.EvictionsHalfOpen += st.evictionsHalfOpen.Load()
 		s.Spills += st.spills.Load()
+		s.Moves += st.moves.Load()
 	}
 	return s
 }

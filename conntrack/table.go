@@ -655,14 +655,36 @@ func (t *Table) place(h Hint, w *keyWords, val uint64, now int64, st *stripe) In
 			st.spills.Add(1)
 			return Inserted
 		}
-		if v2 := b2.victim(now); v2.dead || v2.before(v1) {
+		v2 := b2.victim(now)
+		if v2.dead {
 			b1.setSpill(home)
 			b2.replace(v2.i, home2, altBit, w, val, now)
 			st.spills.Add(1)
-			if v2.dead {
-				st.reclaimed.Add(1)
+			st.reclaimed.Add(1)
+			return Inserted
+		}
+		// Both full of live entries. A half-open one goes at once;
+		// otherwise make room by moving one of the sixteen keys to its
+		// other bucket, and evict only when none can move.
+		inB2 := v2.before(v1)
+		if !v1.half && !v2.half {
+			if i := t.makeRoom(b1); i >= 0 {
+				b1.put(i, home, 0, w, val, now)
+				st.moves.Add(1)
 				return Inserted
 			}
+			if i := t.makeRoom(b2); i >= 0 {
+				b1.setSpill(home)
+				b2.put(i, home2, altBit, w, val, now)
+				st.spills.Add(1)
+				st.moves.Add(1)
+				return Inserted
+			}
+		}
+		if inB2 {
+			b1.setSpill(home)
+			b2.replace(v2.i, home2, altBit, w, val, now)
+			st.spills.Add(1)
 			st.evicted(v2.half)
 			return Evicted
 		}
@@ -751,4 +773,58 @@ func (t *Table) Range(now int64, fn func(k Key, e Entry) bool) {
 			}
 		}
 	}
+}
+
+// makeRoom frees a slot of full bucket b, under its lock, by moving one of
+// its keys to that key's other bucket (a first choice to its second, a
+// second back to its first) where that bucket has a free slot and its lock
+// is free at once: waiting there could deadlock with a writer holding it
+// and waiting for b. It returns the freed slot, or -1. The moved key is
+// written at its new place before it is cleared at its old one, so a
+// reader finds it at one or the other (at its first bucket's home, a spill
+// bit sends a reader that misses on to its second).
+func (t *Table) makeRoom(b *bucket) int {
+	for i := range slotsPerBucket {
+		s := &b.slots[i]
+		hd := s.hdr.Load()
+		var w keyWords
+		for j := range w {
+			w[j] = s.key[j].Load()
+		}
+		kh := t.hint(hash(&w, &t.seed))
+		if kh.bi == kh.bi2 {
+			continue
+		}
+		// to: the other bucket; its home there; how the key is stored there.
+		to, toHome, toAlt := kh.bi2, int(kh.home2), uint64(altBit)
+		if hd&altBit != 0 {
+			to, toHome, toAlt = kh.bi, int(kh.home), 0
+		}
+		d := &t.buckets[to]
+		if d == b || !d.tryLock() {
+			continue
+		}
+		j := d.free(toHome)
+		if j >= 0 {
+			home := hdrHome(hd)
+			if toAlt != 0 {
+				b.setSpill(home)
+			}
+			d.put(j, toHome, toAlt, &w, s.val.Load(), int64(s.last.Load()))
+			b.clear(i)
+			b.fitReach(home)
+		}
+		d.unlock()
+		if j >= 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// tryLock takes the bucket's writer lock if it is free now.
+func (b *bucket) tryLock() bool {
+	h0 := &b.slots[0].hdr
+	h := h0.Load()
+	return h&lockBit == 0 && h0.CompareAndSwap(h, h|lockBit)
 }
