@@ -118,6 +118,20 @@ func BenchmarkFill(b *testing.B) {
 			b.ReportMetric(100*float64(ev-prevEv)/float64(n-prev), fmt.Sprintf("%%evict-to-%d", pct))
 			prev, prevEv = n, ev
 		}
+		// Steady churn at 90 %: the oldest connection closes, a new one
+		// opens, as many times as a tenth of the capacity.
+		for i := c * 9 / 10; i < c; i++ {
+			k := key5(i)
+			tab.Delete(&k)
+		}
+		ev := tab.Stats().Evictions
+		for i := range c / 10 {
+			k := key5(i)
+			tab.Delete(&k)
+			k = key5(c + i)
+			tab.Upsert(&k, val(i), 0)
+		}
+		b.ReportMetric(100*float64(tab.Stats().Evictions-ev)/float64(c/10), "%evict-churn-90")
 		if tab.unmap != nil {
 			tab.unmap()
 		}

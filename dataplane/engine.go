@@ -35,6 +35,11 @@ type FloodLimits struct {
 	NewPerSec uint32
 }
 
+// FloodLimitsOf reads the limits from the [dataplane] section.
+func FloodLimitsOf(d *config.Dataplane) FloodLimits {
+	return FloodLimits{SYNIdleSec: uint32(d.ConntrackSYNTimeoutSec), NewPerSec: uint32(d.ConntrackNewEntryRate)}
+}
+
 // DefaultSYNIdleSec outlives a client's first two SYN retransmits (1 s, 3 s).
 const DefaultSYNIdleSec = 5
 

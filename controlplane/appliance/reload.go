@@ -212,6 +212,8 @@ func restartNeeded(old, cfg *config.Config) error {
 	diff("dataplane.frame_size", a.FrameSize == b.FrameSize)
 	diff("dataplane.ring_size", a.RingSize == b.RingSize)
 	diff("dataplane.conntrack_capacity", a.ConntrackCapacity == b.ConntrackCapacity)
+	diff("dataplane.conntrack_syn_timeout_sec", a.ConntrackSYNTimeoutSec == b.ConntrackSYNTimeoutSec)
+	diff("dataplane.conntrack_new_entry_rate", a.ConntrackNewEntryRate == b.ConntrackNewEntryRate)
 	diff("admin.listen", old.Admin.Listen == cfg.Admin.Listen)
 	diff("admin.socket", old.Admin.Socket == cfg.Admin.Socket)
 	diff("admin.pprof", old.Admin.Pprof == cfg.Admin.Pprof)

@@ -208,6 +208,7 @@ func (s *stack) neighbours() error {
 		s.log.Warn("conntrack table not locked in memory: it may be swapped out", zap.Error(lockErr))
 	}
 	s.ct, s.engine = ct, dataplane.NewEngine(ct)
+	s.engine.SetFloodLimits(dataplane.FloodLimitsOf(&s.cfg.Dataplane))
 	res, err := neigh.New(s.cfg.Dataplane.Interface, s.base.Named("neigh")) // it names the interface itself
 	if err != nil {
 		return privErr("neighbour resolver", err)
