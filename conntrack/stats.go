@@ -21,10 +21,29 @@ type Stats struct {
 const statStripes = 64
 
 // stripe holds the counters of the buckets with index ≡ stripe (mod
-// statStripes), padded to a cache line.
+// statStripes), padded to two cache lines.
 type stripe struct {
 	inserts, updates, evictions, reclaimed, deletes atomic.Uint64
 	evictionsHalfOpen, spills, moves                atomic.Uint64
+	// roomless: how many more full pairs of this stripe skip makeRoom. A
+	// search that found no key to move says the table is about full; the
+	// next ones would likely fail too, at 16 hashes and up to 128
+	// header reads each, so only one pair in roomSkip+1 searches until one
+	// succeeds again.
+	roomless atomic.Uint64
+	_        [56]byte
+}
+
+const roomSkip = 3
+
+// tryRoom reports whether a full pair should search for a key to move.
+func (st *stripe) tryRoom() bool {
+	n := st.roomless.Load()
+	if n == 0 {
+		return true
+	}
+	st.roomless.Store(n - 1) // racy on purpose: an estimate is enough
+	return false
 }
 
 // evicted counts a live eviction, of a half-open entry or not.

@@ -667,7 +667,7 @@ func (t *Table) place(h Hint, w *keyWords, val uint64, now int64, st *stripe) In
 		// otherwise make room by moving one of the sixteen keys to its
 		// other bucket, and evict only when none can move.
 		inB2 := v2.before(v1)
-		if !v1.half && !v2.half {
+		if !v1.half && !v2.half && st.tryRoom() {
 			if i := t.makeRoom(b1); i >= 0 {
 				b1.put(i, home, 0, w, val, now)
 				st.moves.Add(1)
@@ -680,6 +680,7 @@ func (t *Table) place(h Hint, w *keyWords, val uint64, now int64, st *stripe) In
 				st.moves.Add(1)
 				return Inserted
 			}
+			st.roomless.Store(roomSkip)
 		}
 		if inB2 {
 			b1.setSpill(home)
