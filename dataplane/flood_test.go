@@ -2,6 +2,7 @@ package dataplane_test
 
 import (
 	"encoding/binary"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,5 +107,84 @@ func TestFlood_EstablishedSurviveSYNFloodAndBackendFailure(t *testing.T) {
 	}
 	if onVictim == 0 {
 		t.Errorf("no connection on %s: the failure tests nothing", victim)
+	}
+}
+
+// floodFile is a one-service configuration with extra [dataplane] lines.
+func floodFile(dataplaneLines string) string {
+	web := specSvc{Name: "web", Protocol: "TCP", Primary: specAddrs("10.1.0.0", 8)}
+	text := specFile(web.String(),
+		specRule{Name: "web", VIP: specVIP4, Proto: "TCP", Ports: `ports = ["443"]`, Service: "web"}.String())
+	return strings.Replace(text, "conntrack_capacity = 65536", "conntrack_capacity = 65536\n"+dataplaneLines, 1)
+}
+
+// TestFlood_SYNOnlyEntryShortTimeoutThenPromoted: a SYN records a half-open
+// entry with conntrack_syn_timeout_sec; a SYN alone is gone after it; the
+// first packet that is not a SYN, within it, makes the entry established
+// with the service's timeout (60 s by default), on the same backend.
+func TestFlood_SYNOnlyEntryShortTimeoutThenPromoted(t *testing.T) {
+	r := cptest.New(t, floodFile("conntrack_syn_timeout_sec = 3"))
+	a := cptest.TCP("100.64.0.1", specVIP4, 40000, 443, "S")
+	b := cptest.TCP("100.64.0.2", specVIP4, 40000, 443, "S")
+	r.Now = 10000
+	onA := specForward(t, r.Send(a), "SYN a")
+	specForward(t, r.Send(b), "SYN b")
+	for _, e := range specEntries(r) {
+		if !e.HalfOpen || e.IdleSec != 3 {
+			t.Fatalf("entry after a SYN: %+v, want half-open with idle 3", e)
+		}
+	}
+	r.Now = 12999
+	ack := a
+	ack.Flags = "A"
+	if res := r.Send(ack); res.Track != dataplane.TrackHit || res.BackendName() != onA {
+		t.Fatalf("ACK within the SYN timeout: track %s on %s, want a hit on %s", res.Track, res.BackendName(), onA)
+	}
+	r.Now = 12999 + 3000 // b's SYN is 5999 ms old, a's entry 3000 ms idle
+	es := specEntries(r)
+	if len(es) != 1 {
+		t.Fatalf("entries %v, want only the promoted one", es)
+	}
+	for _, e := range es {
+		if e.HalfOpen || e.IdleSec != 60 {
+			t.Errorf("promoted entry %+v, want established with idle 60", e)
+		}
+	}
+	if res := r.Send(ack); res.Track != dataplane.TrackHit || res.BackendName() != onA {
+		t.Errorf("established flow after 3 s idle: track %s on %s, want a hit on %s", res.Track, res.BackendName(), onA)
+	}
+}
+
+// TestFlood_NewEntryRateLimit: over conntrack_new_entry_rate a new flow is
+// still forwarded (by Maglev) but not recorded, and counted; a second later
+// the bucket has refilled and the flow's next packet records it, on the
+// backend its SYN went to.
+func TestFlood_NewEntryRateLimit(t *testing.T) {
+	r := cptest.New(t, floodFile("conntrack_new_entry_rate = 100"))
+	r.Now = 10000
+	syn := func(i int) craft.Packet {
+		return cptest.TCP(specAddr("100.64.0.0", i+1).String(), specVIP4, 40000, 443, "S")
+	}
+	first := make([]string, 150)
+	for i := range 150 {
+		res := r.Send(syn(i))
+		first[i] = specForward(t, res, "SYN")
+		if res.NotRecorded != (i >= 100) {
+			t.Fatalf("SYN %d in the same millisecond: not recorded %v, want %v", i, res.NotRecorded, i >= 100)
+		}
+	}
+	if n, nr := r.Conntrack().Len(), r.D.Stats().NotRecorded.Load(); n != 100 || nr != 50 {
+		t.Fatalf("%d entries, %d not recorded; want 100 and 50", n, nr)
+	}
+	r.Now += 1000
+	ack := syn(120)
+	ack.Flags = "A"
+	res := r.Send(ack)
+	if res.Track != dataplane.TrackNew || res.NotRecorded || res.BackendName() != first[120] {
+		t.Fatalf("next packet a second later: track %s not recorded %v on %s, want new, recorded, on %s",
+			res.Track, res.NotRecorded, res.BackendName(), first[120])
+	}
+	if n := r.Conntrack().Len(); n != 101 {
+		t.Errorf("%d entries, want 101", n)
 	}
 }
