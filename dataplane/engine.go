@@ -10,7 +10,10 @@ import (
 	"xlb/maglev"
 )
 
-const tcpSYN = 0x02
+const (
+	tcpSYN = 0x02
+	tcpRST = 0x04
+)
 
 // Engine is the decision engine shared by all deciders: the current snapshot
 // and the conntrack table.
@@ -140,6 +143,7 @@ type Flow struct {
 	PortInfo   bool // "has port information" (SPEC §0)
 	Fragmented bool
 	SYN        bool
+	RST        bool // a TCP reset: it never makes a half-open entry established
 	V6         bool
 }
 
@@ -337,6 +341,7 @@ func (dc *Decider) front(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision
 			fl.PortInfo = !fl.Fragmented
 		}
 		fl.SYN = p.Proto == packet.ProtoTCP && p.TCPFlags&tcpSYN != 0 && p.Frag != packet.FragLater
+		fl.RST = p.Proto == packet.ProtoTCP && p.TCPFlags&tcpRST != 0 && p.Frag != packet.FragLater
 	}
 
 	rule := matchRule(vr, fl)
@@ -392,9 +397,10 @@ func (dc *Decider) back(snap *Snapshot, now int64, d *Decision, h conntrack.Hint
 		if d.Invalid == "" {
 			switch {
 			case d.ICMPSteered:
-			case e.HalfOpen && !fl.SYN:
+			case e.HalfOpen && !fl.SYN && !fl.RST:
 				// The handshake went on: the connection gets the
-				// service's timeout and counts as established.
+				// service's timeout and counts as established (a reset,
+				// a spoofed source's answer to a SYN-ACK, does not).
 				ct.UpsertHint(&d.TrackKey, h, conntrack.Value{Backend: e.Backend, Side: e.Side, IdleSec: svc.IdleSec}, now)
 			default:
 				ct.Touch(&e, now)

@@ -120,8 +120,9 @@ func floodFile(dataplaneLines string) string {
 
 // TestFlood_SYNOnlyEntryShortTimeoutThenPromoted: a SYN records a half-open
 // entry with conntrack_syn_timeout_sec; a SYN alone is gone after it; the
-// first packet that is not a SYN, within it, makes the entry established
-// with the service's timeout (60 s by default), on the same backend.
+// first packet that is neither a SYN nor a reset, within it, makes the
+// entry established with the service's timeout (60 s by default), on the
+// same backend.
 func TestFlood_SYNOnlyEntryShortTimeoutThenPromoted(t *testing.T) {
 	r := cptest.New(t, floodFile("conntrack_syn_timeout_sec = 3"))
 	a := cptest.TCP("100.64.0.1", specVIP4, 40000, 443, "S")
@@ -134,13 +135,19 @@ func TestFlood_SYNOnlyEntryShortTimeoutThenPromoted(t *testing.T) {
 			t.Fatalf("entry after a SYN: %+v, want half-open with idle 3", e)
 		}
 	}
+	r.Now = 11000
+	rst := b
+	rst.Flags = "R"
+	if res := r.Send(rst); res.Track != dataplane.TrackHit {
+		t.Fatalf("RST on a half-open entry: track %s, want hit", res.Track)
+	}
 	r.Now = 12999
 	ack := a
 	ack.Flags = "A"
 	if res := r.Send(ack); res.Track != dataplane.TrackHit || res.BackendName() != onA {
 		t.Fatalf("ACK within the SYN timeout: track %s on %s, want a hit on %s", res.Track, res.BackendName(), onA)
 	}
-	r.Now = 12999 + 3000 // b's SYN is 5999 ms old, a's entry 3000 ms idle
+	r.Now = 12999 + 3000 // b's RST is 4999 ms old (it kept b half-open), a's entry 3000 ms idle
 	es := specEntries(r)
 	if len(es) != 1 {
 		t.Fatalf("entries %v, want only the promoted one", es)
