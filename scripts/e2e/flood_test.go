@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -187,10 +186,6 @@ func TestFlood_EstablishedSurviveSYNFlood(t *testing.T) {
 		if (strings.HasPrefix(k, "xlb_xdp_frames_total") || strings.HasPrefix(k, "xlb_afxdp_")) && v-before[k] != 0 {
 			t.Logf("%s +%.0f", k, v-before[k])
 		}
-	}
-	for _, h := range []testbed.Host{c, b.LB} {
-		out, _ := exec.Command("ip", "-n", h.NS, "-s", "link", "show", h.Iface).CombinedOutput()
-		t.Logf("%s %s:\n%s", h.NS, h.Iface, out)
 	}
 	if len(broken) != 0 {
 		t.Errorf("%d of %d established connections broken, want 0", len(broken), conns)
