@@ -42,6 +42,9 @@ const (
 	maxInterfaceNameLen      = 15 // IFNAMSIZ - 1 on Linux
 	minConntrackCapacity     = 1024
 	maxConntrackCapacity     = 1 << 28
+	defaultSYNTimeoutSec     = 5
+	maxSYNTimeoutSec         = 3600
+	maxNewEntryRate          = 100_000_000
 	minRingSize, maxRingSize = 64, 65536
 	maxPortsPerRule          = 5  // FR3
 	maxSourceRanges          = 64 // FR6
@@ -92,13 +95,15 @@ func (c *converter) convert(r *rawFile) *Config {
 func (c *converter) dataplane(r *rawDataplane) Dataplane {
 	const p = "dataplane"
 	d := Dataplane{
-		Interface:         c.str(p+".interface", r.Interface, ""),
-		XDPMode:           XDPMode(c.enum(p+".xdp_mode", r.XDPMode, xdpModeNames[:], int(XDPAuto))),
-		ZeroCopy:          ZeroCopy(c.enum(p+".zero_copy", r.ZeroCopy, zeroCopyNames[:], int(ZeroCopyAuto))),
-		FrameSize:         int(c.integer(p+".frame_size", r.FrameSize, defaultFrameSize, 2048, 4096)),
-		RingSize:          int(c.integer(p+".ring_size", r.RingSize, defaultRingSize, minRingSize, maxRingSize)),
-		ConntrackCapacity: int(c.integer(p+".conntrack_capacity", r.ConntrackCapacity, defaultConntrackCapacity, minConntrackCapacity, maxConntrackCapacity)),
-		StateDir:          c.str(p+".state_dir", r.StateDir, ""),
+		Interface:              c.str(p+".interface", r.Interface, ""),
+		XDPMode:                XDPMode(c.enum(p+".xdp_mode", r.XDPMode, xdpModeNames[:], int(XDPAuto))),
+		ZeroCopy:               ZeroCopy(c.enum(p+".zero_copy", r.ZeroCopy, zeroCopyNames[:], int(ZeroCopyAuto))),
+		FrameSize:              int(c.integer(p+".frame_size", r.FrameSize, defaultFrameSize, 2048, 4096)),
+		RingSize:               int(c.integer(p+".ring_size", r.RingSize, defaultRingSize, minRingSize, maxRingSize)),
+		ConntrackCapacity:      int(c.integer(p+".conntrack_capacity", r.ConntrackCapacity, defaultConntrackCapacity, minConntrackCapacity, maxConntrackCapacity)),
+		ConntrackSYNTimeoutSec: int(c.integer(p+".conntrack_syn_timeout_sec", r.ConntrackSYNTimeout, defaultSYNTimeoutSec, 1, maxSYNTimeoutSec)),
+		ConntrackNewEntryRate:  int(c.integer(p+".conntrack_new_entry_rate", r.ConntrackNewEntryRate, 0, 0, maxNewEntryRate)),
+		StateDir:               c.str(p+".state_dir", r.StateDir, ""),
 	}
 	if d.StateDir != "" && !strings.HasPrefix(d.StateDir, "/") {
 		c.add(p+".state_dir", "%q is not an absolute path", d.StateDir)

@@ -27,15 +27,17 @@ type rawFile struct {
 }
 
 type rawDataplane struct {
-	Interface         val `toml:"interface"`
-	Queues            val `toml:"queues"`
-	CPUs              val `toml:"cpus"`
-	XDPMode           val `toml:"xdp_mode"`
-	ZeroCopy          val `toml:"zero_copy"`
-	FrameSize         val `toml:"frame_size"`
-	RingSize          val `toml:"ring_size"`
-	ConntrackCapacity val `toml:"conntrack_capacity"`
-	StateDir          val `toml:"state_dir"`
+	Interface             val `toml:"interface"`
+	Queues                val `toml:"queues"`
+	CPUs                  val `toml:"cpus"`
+	XDPMode               val `toml:"xdp_mode"`
+	ZeroCopy              val `toml:"zero_copy"`
+	FrameSize             val `toml:"frame_size"`
+	RingSize              val `toml:"ring_size"`
+	ConntrackCapacity     val `toml:"conntrack_capacity"`
+	ConntrackSYNTimeout   val `toml:"conntrack_syn_timeout_sec"`
+	ConntrackNewEntryRate val `toml:"conntrack_new_entry_rate"`
+	StateDir              val `toml:"state_dir"`
 }
 
 type rawAdmin struct {

@@ -34,6 +34,12 @@ type Dataplane struct {
 	FrameSize         int
 	RingSize          int
 	ConntrackCapacity int
+	// ConntrackSYNTimeoutSec is the idle timeout of an entry that has seen
+	// only a SYN (capped by the service's).
+	ConntrackSYNTimeoutSec int
+	// ConntrackNewEntryRate is how many new entries each worker records per
+	// second; over it new flows are forwarded unrecorded. 0: no limit.
+	ConntrackNewEntryRate int
 	// StateDir keeps the conntrack table and the control plane's state
 	// across `xlb run` processes ("": not kept).
 	StateDir string

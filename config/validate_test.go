@@ -47,6 +47,8 @@ func TestDataplaneValidation(t *testing.T) {
 		{"ConntrackSmall", dp(`conntrack_capacity = 1000 # <-`), "dataplane.conntrack_capacity", "1000 is outside [1024, 268435456]", false},
 		{"StateDirRelative", dp(`state_dir = "run/xlb" # <-`), "dataplane.state_dir", `"run/xlb" is not an absolute path`, false},
 		{"ConntrackBig", dp(`conntrack_capacity = 268435457 # <-`), "dataplane.conntrack_capacity", "268435457 is outside", false},
+		{"SYNTimeoutZero", dp(`conntrack_syn_timeout_sec = 0 # <-`), "dataplane.conntrack_syn_timeout_sec", "0 is outside [1, 3600]", false},
+		{"NewEntryRateNegative", dp(`conntrack_new_entry_rate = -1 # <-`), "dataplane.conntrack_new_entry_rate", "-1 is outside [0, 100000000]", false},
 		{"Interface", dp(`interface = "eth/1" # <-`), "dataplane.interface", `"eth/1" is not a valid interface name`, false},
 		{"InterfaceEmpty", dp(`interface = "" # <-`), "dataplane.interface", `"" is not a valid interface name`, false},
 	})

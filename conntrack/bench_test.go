@@ -102,3 +102,44 @@ func benchTable(b *testing.B, sizes []int, mk func(size int) *Table) {
 		})
 	}
 }
+
+// BenchmarkFill reports how many inserts of new keys evict a live entry
+// while a 1M table fills to 50, 90 and 100 % of its capacity (the share of
+// live evictions among inserts made between the previous mark and this
+// one), with every entry live (nothing expires). One iteration fills a
+// fresh table; the figures are the metrics, not the time.
+func BenchmarkFill(b *testing.B) {
+	const size = 1 << 20
+	for b.Loop() {
+		tab := mustNew(b, size)
+		c := tab.Capacity()
+		prev, prevEv := 0, uint64(0)
+		for _, pct := range []int{50, 90, 100} {
+			n := c * pct / 100
+			for i := prev; i < n; i++ {
+				k := key5(i)
+				tab.Upsert(&k, val(i), 0)
+			}
+			ev := tab.Stats().Evictions
+			b.ReportMetric(100*float64(ev-prevEv)/float64(n-prev), fmt.Sprintf("%%evict-to-%d", pct))
+			prev, prevEv = n, ev
+		}
+		// Steady churn at 90 %: the oldest connection closes, a new one
+		// opens, as many times as a tenth of the capacity.
+		for i := c * 9 / 10; i < c; i++ {
+			k := key5(i)
+			tab.Delete(&k)
+		}
+		ev := tab.Stats().Evictions
+		for i := range c / 10 {
+			k := key5(i)
+			tab.Delete(&k)
+			k = key5(c + i)
+			tab.Upsert(&k, val(i), 0)
+		}
+		b.ReportMetric(100*float64(tab.Stats().Evictions-ev)/float64(c/10), "%evict-churn-90")
+		if tab.unmap != nil {
+			tab.unmap()
+		}
+	}
+}

@@ -98,3 +98,18 @@ func TestConcurrentSeededTable(t *testing.T) {
 	}
 	hammer(t, mustNew(t, 1024), 300, 6, ops)
 }
+
+// TestConcurrentTwoChoice: four buckets, twice as many keys as slots: keys
+// spill to their second bucket, move back and forth to make room and are
+// evicted while others read them; every value read belongs to its key.
+func TestConcurrentTwoChoice(t *testing.T) {
+	ops := 20000
+	if testing.Short() {
+		ops = 2000
+	}
+	tab := newTable(4)
+	hammer(t, tab, 2*4*slotsPerBucket, 6, ops)
+	if s := tab.Stats(); s.Spills == 0 || s.Moves == 0 {
+		t.Errorf("stats %+v: no spill or move exercised", s)
+	}
+}

@@ -28,8 +28,11 @@ import (
 // start on a huge-page boundary of the file (shmem maps huge pages only at
 // aligned file offsets); the rest of the span is never written.
 const (
-	fileMagic      = "xlb-ct\x00\x01"
-	fileLayout     = 1 // the layout of header, slots and buckets; bump on any change
+	fileMagic = "xlb-ct\x00\x01"
+	// fileLayout is the layout of header, slots and buckets, and of what
+	// an entry means; bump on any change. 2: two buckets per key (alt and
+	// spill bits in the slot header), half-open entries (value bit 63).
+	fileLayout     = 2
 	fileHeaderSpan = hugePage
 	fileHeaderSize = 128
 	fileClockMono  = 1 // last-use times are CLOCK_MONOTONIC ms

@@ -26,7 +26,8 @@ func (t *Table) repair() (torn int) {
 			case hdrSeq(h)&1 != 0:
 				// seq+1: even again, and different from what any
 				// reader saw.
-				b.slots[i].hdr.Store(uint64(hdrSeq(h)+1)<<32 | h&(slotMask<<reachShift))
+				// What the slot keeps as a home (reach, spill) stays.
+				b.slots[i].hdr.Store(uint64(hdrSeq(h)+1)<<32 | h&homeBits)
 				torn++
 			case h&hdrUsed != 0:
 				used++

@@ -7,9 +7,14 @@ import "sync/atomic"
 type Stats struct {
 	Inserts   uint64 // new keys stored (Upsert returned Inserted or Evicted)
 	Updates   uint64 // live entries overwritten in place (Updated)
-	Evictions uint64 // live entries displaced because their bucket was full (X3)
-	Reclaimed uint64 // expired entries whose slot was reused
-	Deletes   uint64 // entries removed by Delete
+	Evictions uint64 // live entries displaced because both their buckets were full (X3)
+	// EvictionsHalfOpen counts the Evictions of half-open entries (Value.HalfOpen);
+	// Evictions - EvictionsHalfOpen displaced established ones.
+	EvictionsHalfOpen uint64
+	Spills            uint64 // new keys stored in their second bucket (their first was full)
+	Moves             uint64 // keys moved to their other bucket to make room instead of evicting
+	Reclaimed         uint64 // expired entries whose slot was reused
+	Deletes           uint64 // entries removed by Delete
 }
 
 // statStripes spreads the counters so that writers of different buckets
@@ -17,10 +22,37 @@ type Stats struct {
 const statStripes = 64
 
 // stripe holds the counters of the buckets with index ≡ stripe (mod
-// statStripes), padded to a cache line.
+// statStripes), padded to two cache lines.
 type stripe struct {
 	inserts, updates, evictions, reclaimed, deletes atomic.Uint64
-	_                                               [24]byte
+	evictionsHalfOpen, spills, moves                atomic.Uint64
+	// roomless: how many more full pairs of this stripe skip makeRoom. A
+	// search that found no key to move says the table is about full; the
+	// next ones would likely fail too, at 16 hashes and up to 128
+	// header reads each, so only one pair in roomSkip+1 searches until one
+	// succeeds again.
+	roomless atomic.Uint64
+	_        [56]byte
+}
+
+const roomSkip = 3
+
+// tryRoom reports whether a full pair should search for a key to move.
+func (st *stripe) tryRoom() bool {
+	n := st.roomless.Load()
+	if n == 0 {
+		return true
+	}
+	st.roomless.Store(n - 1) // racy on purpose: an estimate is enough
+	return false
+}
+
+// evicted counts a live eviction, of a half-open entry or not.
+func (st *stripe) evicted(half bool) {
+	st.evictions.Add(1)
+	if half {
+		st.evictionsHalfOpen.Add(1)
+	}
 }
 
 // Stats returns the counters, summed over stripes (not an atomic snapshot).
@@ -33,6 +65,9 @@ func (t *Table) Stats() Stats {
 		s.Evictions += st.evictions.Load()
 		s.Reclaimed += st.reclaimed.Load()
 		s.Deletes += st.deletes.Load()
+		s.EvictionsHalfOpen += st.evictionsHalfOpen.Load()
+		s.Spills += st.spills.Load()
+		s.Moves += st.moves.Load()
 	}
 	return s
 }

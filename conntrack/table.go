@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"runtime"
 	"sync/atomic"
 )
@@ -32,21 +31,36 @@ type Value struct {
 	Backend uint32 // opaque stable backend reference chosen by the caller
 	Side    uint8  // side of the eligible set when recorded (SPEC E5)
 	IdleSec uint32 // idle timeout in seconds (M1); clamped to [1, MaxIdleSec]
+	// HalfOpen marks an entry that has seen only a connection's SYN. A
+	// full table evicts such entries before any other live one, so that a
+	// SYN flood displaces its own entries and not established connections.
+	HalfOpen bool
 }
+
+// Packed value: backend:32 | side:8 | idle:23 | halfOpen:1.
+const (
+	idleShift = 40
+	idleMask  = 1<<23 - 1
+	halfOpen  = 1 << 63
+)
 
 func (v Value) pack() uint64 {
 	idle := min(max(v.IdleSec, 1), MaxIdleSec)
-	return uint64(v.Backend) | uint64(v.Side)<<32 | uint64(idle)<<40
+	w := uint64(v.Backend) | uint64(v.Side)<<32 | uint64(idle)<<idleShift
+	if v.HalfOpen {
+		w |= halfOpen
+	}
+	return w
 }
 
 func unpack(w uint64) Value {
-	return Value{Backend: uint32(w), Side: uint8(w >> 32), IdleSec: uint32(w >> 40)}
+	return Value{Backend: uint32(w), Side: uint8(w >> 32), IdleSec: uint32(w>>idleShift) & idleMask, HalfOpen: w&halfOpen != 0}
 }
 
 // expired reports whether an entry with packed value val, last used at last,
 // is past its idle timeout at now (M1: gone at exactly IdleSec*1000 ms).
 func expired(val uint64, last, now int64) bool {
-	return now-last >= int64(val>>40)*1000
+	return now-last >= int64(val>>idleShift&idleMask)*1000
 }
 
 // Entry is a looked-up entry.
@@ -96,27 +110,47 @@ type bucket struct {
 
 // Header word of a slot:
 //
-//	seq:32 | 0:24 | reach:3 | home:3 | used:1 | lock:1
+//	seq:32 | 0:22 | spill:1 | alt:1 | reach:3 | home:3 | used:1 | lock:1
 //
 // seq is odd while a writer is inside the slot. used: the slot holds a key,
-// whose home slot (from its hash) is home. reach belongs to the slot as a
-// home: every key of this home lies within reach slots after it (the
-// bucket wraps), so a lookup reads slots home..home+reach and no more. lock
-// is the bucket's writer lock, in slot 0 only.
+// whose home slot (from its hash) is home; alt: the key is in its second
+// bucket (its first was full when it was inserted). reach and spill belong
+// to the slot as a home: every key of this home lies within reach slots
+// after it (the bucket wraps), so a lookup reads slots home..home+reach and
+// no more; spill says that a key of this home was once stored in its
+// second bucket, so a lookup that misses here must look there too (it
+// stays set: clearing it would need the other bucket's lock). lock is the
+// bucket's writer lock, in slot 0 only.
 const (
 	lockBit    = 1
 	hdrUsed    = 1 << 1
 	homeShift  = 2
 	reachShift = 5
+	altBit     = 1 << 8
+	spillBit   = 1 << 9
 	slotMask   = slotsPerBucket - 1
+
+	ownerMask = hdrUsed | slotMask<<homeShift | altBit // who a used slot's key is
+	homeBits  = slotMask<<reachShift | spillBit        // what a slot keeps as a home
 )
 
 func hdrSeq(h uint64) uint32 { return uint32(h >> 32) }
 func hdrHome(h uint64) int   { return int(h>>homeShift) & slotMask }
 func hdrReach(h uint64) int  { return int(h>>reachShift) & slotMask }
 
+// owner is the header bits of a used slot whose key has home home, stored
+// in its first (alt 0) or second (alt altBit) bucket.
+func owner(home int, alt uint64) uint64 { return hdrUsed | uint64(home)<<homeShift | alt }
+
 // Table is a fixed-capacity, concurrent flow table. All methods are safe
 // for concurrent use.
+//
+// A key has two buckets, from independent bits of its hash. It goes into
+// its first unless that is full, then into its second; only when both are
+// full is a live entry evicted, which keeps live evictions rare until the
+// table is nearly full (BenchmarkFill). A lookup reads the key's home line
+// in its first bucket and, only when that home has spilled keys and the key
+// is not there, its home line in the second.
 type Table struct {
 	buckets  []bucket
 	mask     uint64 // len(buckets) - 1
@@ -168,13 +202,6 @@ func newTable(n int) *Table {
 // is full.
 func (t *Table) Capacity() int { return len(t.buckets) * slotsPerBucket }
 
-// locate hashes k into its words, its bucket and its home slot.
-func (t *Table) locate(k *Key, w *keyWords) (bi uint64, home uint32) {
-	w.from(k)
-	h := hash(w, &t.seed)
-	return h & t.mask, uint32(h >> 61 & t.homeMask)
-}
-
 // wait is what a reader or writer does between retries: spin briefly, then
 // let the scheduler run the goroutine it waits for.
 func wait(spin int) {
@@ -183,21 +210,31 @@ func wait(spin int) {
 	}
 }
 
-// Hint is where a key lives: its bucket and home slot, hashed once. A
-// worker computes the hints of a whole batch, touches their memory with
-// Prefetch (independent loads the CPU overlaps), then looks up with
-// LookupHint: a batch then pays about one memory latency instead of one per
-// packet.
+// Hint is where a key lives: its two buckets and its home slot in each,
+// hashed once. A worker computes the hints of a whole batch, touches their
+// memory with Prefetch (independent loads the CPU overlaps), then looks up
+// with LookupHint: a batch then pays about one memory latency instead of
+// one per packet. bi2 == bi: the key has one bucket only (tiny tables).
 type Hint struct {
-	bi   uint64
-	home uint32
+	bi, bi2     uint64
+	home, home2 uint32
 }
 
 // Hint hashes k.
 func (t *Table) Hint(k *Key) Hint {
 	var w keyWords
-	bi, home := t.locate(k, &w)
-	return Hint{bi: bi, home: home}
+	w.from(k)
+	return t.hint(hash(&w, &t.seed))
+}
+
+// hint splits a key's hash: bits 0.. pick its first bucket, bits 29.. its
+// second (disjoint bits for every table up to MaxCapacity's 2^25 buckets),
+// bits 61..63 and 54..56 its homes in them.
+func (t *Table) hint(h uint64) Hint {
+	return Hint{
+		bi: h & t.mask, bi2: h >> 29 & t.mask,
+		home: uint32(h >> 61 & t.homeMask), home2: uint32(h >> 54 & t.homeMask),
+	}
 }
 
 // Prefetch loads the line of h's home slot, which holds the key itself
@@ -219,25 +256,29 @@ func (t *Table) PrefetchInsert(h Hint) uint64 {
 
 // PrefetchSlot, after Prefetch brought k's home line in, loads the other
 // lines k may be on when its home slot holds another key (its home was
-// taken when k was inserted): the slots its home reaches. It returns a
-// value only so that the loads cannot be dropped.
+// taken when it was inserted): the slots its home reaches, and its home
+// line in its second bucket when its home spilled. It returns a value only
+// so that the loads cannot be dropped.
 func (t *Table) PrefetchSlot(k *Key, h Hint) uint64 {
 	b := &t.buckets[h.bi]
 	home := int(h.home)
 	hh := b.slots[home].hdr.Load()
-	reach := hdrReach(hh)
-	if reach == 0 {
+	if hh&(slotMask<<reachShift|spillBit) == 0 {
 		return hh
 	}
 	var w keyWords
 	w.from(k)
-	if hdrHome(hh) == home && b.slots[home].holds(&w) {
+	if hh&ownerMask == owner(home, 0) && b.slots[home].holds(&w) {
 		return hh
 	}
-	for d := 1; d <= reach; d++ {
-		hh += b.slots[home^d].hdr.Load()
+	sum := hh
+	for d := 1; d <= hdrReach(hh); d++ {
+		sum += b.slots[home^d].hdr.Load()
 	}
-	return hh
+	if hh&spillBit != 0 && h.bi2 != h.bi {
+		sum += t.buckets[h.bi2].slots[h.home2].hdr.Load()
+	}
+	return sum
 }
 
 // Lookup finds k. Entries idle for IdleSec seconds or more (now - LastUse >=
@@ -252,22 +293,49 @@ func (t *Table) Lookup(k *Key, now int64) (Entry, bool) {
 func (t *Table) LookupHint(k *Key, h Hint, now int64) (Entry, bool) {
 	var w keyWords
 	w.from(k)
-	b := &t.buckets[h.bi]
-	home := int(h.home)
+	bi, home := h.bi, int(h.home)
+	spilled := t.buckets[bi].slots[home].hdr.Load()&spillBit != 0
+	i, seq, val, last := t.buckets[bi].probe(home, 0, &w)
+	if i < 0 {
+		if !spilled || h.bi2 == h.bi {
+			return Entry{}, false
+		}
+		bi, home = h.bi2, int(h.home2)
+		if i, seq, val, last = t.buckets[bi].probe(home, altBit, &w); i < 0 {
+			return Entry{}, false
+		}
+	}
+	if expired(val, last, now) {
+		return Entry{}, false
+	}
+	return Entry{
+		Value:   unpack(val),
+		LastUse: last,
+		ref:     uint32(bi*slotsPerBucket) + uint32(i) + 1,
+		seq:     seq,
+	}, true
+}
+
+// probe reads, without the lock, the slot holding w among the keys of home
+// stored in this bucket as their first (alt 0) or second (alt altBit)
+// choice: its index (-1 if none), sequence, value and last use, read
+// consistently.
+func (b *bucket) probe(home int, alt uint64, w *keyWords) (int, uint32, uint64, int64) {
 	reach := hdrReach(b.slots[home].hdr.Load())
+	want := owner(home, alt)
 	for d := 0; d <= reach; d++ {
 		i := home ^ d
 		s := &b.slots[i]
 		for spin := 0; ; spin++ {
 			h1 := s.hdr.Load() &^ lockBit
-			if h1&hdrUsed == 0 || hdrHome(h1) != home {
+			if h1&ownerMask != want {
 				break // empty, or another home's key
 			}
 			if hdrSeq(h1)&1 != 0 {
 				wait(spin) // a writer is inside this very slot
 				continue
 			}
-			same := s.holds(&w)
+			same := s.holds(w)
 			val := s.val.Load()
 			last := int64(s.last.Load())
 			if s.hdr.Load()&^lockBit != h1 {
@@ -277,18 +345,10 @@ func (t *Table) LookupHint(k *Key, h Hint, now int64) (Entry, bool) {
 			if !same {
 				break // another flow of the same home (T3)
 			}
-			if expired(val, last, now) {
-				return Entry{}, false
-			}
-			return Entry{
-				Value:   unpack(val),
-				LastUse: last,
-				ref:     uint32(h.bi*slotsPerBucket) + uint32(i) + 1,
-				seq:     hdrSeq(h1),
-			}, true
+			return i, hdrSeq(h1), val, last
 		}
 	}
-	return Entry{}, false
+	return -1, 0, 0, 0
 }
 
 // Touch records a use of a looked-up entry at now: at most one atomic store,
@@ -327,6 +387,29 @@ func (b *bucket) unlock() {
 	h0.Store(h0.Load() &^ lockBit)
 }
 
+// lockPair takes the locks of buckets bi and bi2 (one lock when they are
+// the same), lower index first so that two writers never wait on each
+// other in a cycle.
+func (t *Table) lockPair(bi, bi2 uint64) {
+	switch {
+	case bi == bi2:
+		t.buckets[bi].lock()
+	case bi < bi2:
+		t.buckets[bi].lock()
+		t.buckets[bi2].lock()
+	default:
+		t.buckets[bi2].lock()
+		t.buckets[bi].lock()
+	}
+}
+
+func (t *Table) unlockPair(bi, bi2 uint64) {
+	t.buckets[bi].unlock()
+	if bi2 != bi {
+		t.buckets[bi2].unlock()
+	}
+}
+
 // setHdr stores header word i under the bucket lock, keeping the lock bit
 // where slot 0 carries it.
 func (b *bucket) setHdr(i int, h uint64) {
@@ -336,15 +419,16 @@ func (b *bucket) setHdr(i int, h uint64) {
 	b.slots[i].hdr.Store(h)
 }
 
-// write fills slot i with a key of home home under the bucket lock, inside
-// an odd sequence number so that readers never see a mix of old and new
-// words. A nil w keeps the key (an in-place update). The slot's own reach
-// (as a home) is kept.
-func (b *bucket) write(i, home int, w *keyWords, val uint64, now int64) {
+// write fills slot i with a key of home home, stored as its first (alt 0)
+// or second (alt altBit) choice, under the bucket lock, inside an odd
+// sequence number so that readers never see a mix of old and new words. A
+// nil w keeps the key (an in-place update). What the slot keeps as a home
+// (reach, spill) is kept.
+func (b *bucket) write(i, home int, alt uint64, w *keyWords, val uint64, now int64) {
 	h := b.slots[i].hdr.Load() &^ lockBit
 	seq := uint64(hdrSeq(h))
-	keep := h & (slotMask << reachShift)
-	b.setHdr(i, (seq+1)<<32|keep|h&(hdrUsed|slotMask<<homeShift))
+	keep := h & homeBits
+	b.setHdr(i, (seq+1)<<32|keep|h&ownerMask)
 	s := &b.slots[i]
 	if w != nil {
 		for j := range w {
@@ -353,14 +437,33 @@ func (b *bucket) write(i, home int, w *keyWords, val uint64, now int64) {
 	}
 	s.val.Store(val)
 	s.last.Store(uint64(now))
-	b.setHdr(i, (seq+2)<<32|keep|uint64(home)<<homeShift|hdrUsed)
+	b.setHdr(i, (seq+2)<<32|keep|owner(home, alt))
+}
+
+// put stores a new key in free slot i and widens its home's reach to it.
+func (b *bucket) put(i, home int, alt uint64, w *keyWords, val uint64, now int64) {
+	b.write(i, home, alt, w, val, now)
+	if d := i ^ home; d > hdrReach(b.slots[home].hdr.Load()) {
+		b.setReach(home, d)
+	}
+}
+
+// replace stores a new key in used slot i: the home of the key it displaces
+// loses it from its reach, the new key's home reaches it.
+func (b *bucket) replace(i, home int, alt uint64, w *keyWords, val uint64, now int64) {
+	old := hdrHome(b.slots[i].hdr.Load())
+	b.write(i, home, alt, w, val, now)
+	b.fitReach(old)
+	if d := i ^ home; d > hdrReach(b.slots[home].hdr.Load()) {
+		b.setReach(home, d)
+	}
 }
 
 // clear empties slot i under the bucket lock: one store; readers that saw
 // the old header retry and find it empty.
 func (b *bucket) clear(i int) {
 	h := b.slots[i].hdr.Load() &^ lockBit
-	b.setHdr(i, uint64(hdrSeq(h)+2)<<32|h&(slotMask<<reachShift))
+	b.setHdr(i, uint64(hdrSeq(h)+2)<<32|h&homeBits)
 }
 
 // setReach sets the reach of home slot home under the bucket lock (the
@@ -370,8 +473,17 @@ func (b *bucket) setReach(home, reach int) {
 	b.setHdr(home, h&^(slotMask<<reachShift)|uint64(reach)<<reachShift)
 }
 
+// setSpill marks home as having a key in its second bucket, under the
+// bucket lock, before that key is written there.
+func (b *bucket) setSpill(home int) {
+	if h := b.slots[home].hdr.Load() &^ lockBit; h&spillBit == 0 {
+		b.setHdr(home, h|spillBit)
+	}
+}
+
 // fitReach lowers or raises home's reach to the farthest of its keys still
-// stored (expired ones too: an Upsert of the same key must find them).
+// stored (expired ones too: an Upsert of the same key must find them),
+// first and second choices alike.
 func (b *bucket) fitReach(home int) {
 	reach := 0
 	for d := range slotsPerBucket {
@@ -391,42 +503,90 @@ func (s *slot) holds(w *keyWords) bool {
 		s.key[2].Load() == w[2]
 }
 
-// victim picks the slot of a full bucket that a new key takes (X3): the
-// first expired one, else the least recently used. It reads every slot, so
-// Upsert calls it only when no slot is free.
-func (b *bucket) victim(now int64) (i int, dead bool) {
-	lru, oldest := 0, int64(math.MaxInt64)
-	for i := range slotsPerBucket {
-		s := &b.slots[i]
-		last := int64(s.last.Load())
-		if expired(s.val.Load(), last, now) {
-			return i, true
-		}
-		if last < oldest {
-			lru, oldest = i, last
-		}
-	}
-	return lru, false
-}
-
-// find returns the slot holding w among home's, or -1; under the bucket
-// lock.
-func (b *bucket) find(home int, w *keyWords) int {
-	reach := hdrReach(b.slots[home].hdr.Load())
-	for d := 0; d <= reach; d++ {
-		i := home ^ d
-		h := b.slots[i].hdr.Load()
-		if h&hdrUsed != 0 && hdrHome(h) == home && b.slots[i].holds(w) {
+// free returns the first free slot from home on, or -1: most keys land in
+// their home, and a lookup then reads one line.
+func (b *bucket) free(home int) int {
+	for d := range slotsPerBucket {
+		if i := home ^ d; b.slots[i].hdr.Load()&hdrUsed == 0 {
 			return i
 		}
 	}
 	return -1
 }
 
-// Upsert creates or overwrites the entry for k, last used at now. When k's
-// bucket is full it reuses an expired slot, else evicts the bucket's least
-// recently used entry (X3); it never fails. Overwriting an expired entry of
-// k itself counts as a new insert (and a reclaimed slot). No allocation.
+// victim is the slot of a full bucket that a new key may take (X3).
+type victim struct {
+	i    int
+	dead bool  // expired: reclaiming it evicts nothing
+	half bool  // a live half-open entry
+	last int64 // its last use
+}
+
+// before reports whether v is the better one to evict: half-open entries
+// go before established ones (a SYN flood displaces its own entries), then
+// the least recently used.
+func (v victim) before(o victim) bool {
+	if v.half != o.half {
+		return v.half
+	}
+	return v.last < o.last
+}
+
+// victim picks the slot of a full bucket that a new key takes: the first
+// expired one, else the least recently used half-open entry, else the least
+// recently used. It reads every slot, so Upsert calls it only when no slot
+// is free.
+func (b *bucket) victim(now int64) victim {
+	best := victim{i: -1}
+	for i := range slotsPerBucket {
+		s := &b.slots[i]
+		last := int64(s.last.Load())
+		val := s.val.Load()
+		if expired(val, last, now) {
+			return victim{i: i, dead: true, last: last}
+		}
+		v := victim{i: i, half: val&halfOpen != 0, last: last}
+		if best.i < 0 || v.before(best) {
+			best = v
+		}
+	}
+	return best
+}
+
+// find returns the slot holding w among home's keys stored as alt, or -1;
+// under the bucket lock.
+func (b *bucket) find(home int, alt uint64, w *keyWords) int {
+	reach := hdrReach(b.slots[home].hdr.Load())
+	want := owner(home, alt)
+	for d := 0; d <= reach; d++ {
+		i := home ^ d
+		if b.slots[i].hdr.Load()&ownerMask == want && b.slots[i].holds(w) {
+			return i
+		}
+	}
+	return -1
+}
+
+// update overwrites the value of the key in slot i in place.
+func (b *bucket) update(i, home int, alt uint64, val uint64, now int64, st *stripe) InsertResult {
+	s := &b.slots[i]
+	dead := expired(s.val.Load(), int64(s.last.Load()), now)
+	b.write(i, home, alt, nil, val, now)
+	if dead {
+		st.inserts.Add(1)
+		st.reclaimed.Add(1)
+		return Inserted
+	}
+	st.updates.Add(1)
+	return Updated
+}
+
+// Upsert creates or overwrites the entry for k, last used at now. A new key
+// goes into its first bucket, else its second; when both are full it
+// reuses an expired slot, else evicts a live entry (X3): a half-open one
+// if either bucket holds one, else the least recently used. It never
+// fails. Overwriting an expired entry of k itself counts as a new insert
+// (and a reclaimed slot). No allocation.
 func (t *Table) Upsert(k *Key, v Value, now int64) InsertResult {
 	return t.UpsertHint(k, t.Hint(k), v, now)
 }
@@ -441,66 +601,132 @@ func (t *Table) UpsertHint(k *Key, h Hint, v Value, now int64) InsertResult {
 	st := &t.stats[h.bi&uint64(len(t.stats)-1)]
 	val := v.pack()
 
+	// The common case takes one lock: the key is in its first bucket, or
+	// is new there, has a free slot and no key of its home ever spilled
+	// (so it cannot be in its second bucket).
 	b.lock()
-	defer b.unlock()
-	// Keys are unique in a bucket because every writer checks under the
-	// lock.
-	if i := b.find(home, &w); i >= 0 {
-		s := &b.slots[i]
-		dead := expired(s.val.Load(), int64(s.last.Load()), now)
-		b.write(i, home, nil, val, now)
-		if dead {
+	if i := b.find(home, 0, &w); i >= 0 {
+		r := b.update(i, home, 0, val, now, st)
+		b.unlock()
+		return r
+	}
+	if b.slots[home].hdr.Load()&spillBit == 0 {
+		if i := b.free(home); i >= 0 {
 			st.inserts.Add(1)
-			st.reclaimed.Add(1)
+			b.put(i, home, 0, &w, val, now)
+			b.unlock()
 			return Inserted
 		}
-		st.updates.Add(1)
-		return Updated
+	}
+	b.unlock()
+	t.lockPair(h.bi, h.bi2)
+	defer t.unlockPair(h.bi, h.bi2)
+	return t.place(h, &w, val, now, st)
+}
+
+// place is Upsert under the locks of both of the key's buckets. Keys are
+// unique in the table because every writer checks both under the locks.
+func (t *Table) place(h Hint, w *keyWords, val uint64, now int64, st *stripe) InsertResult {
+	b1, b2 := &t.buckets[h.bi], &t.buckets[h.bi2]
+	home, home2 := int(h.home), int(h.home2)
+	two := h.bi2 != h.bi
+	if i := b1.find(home, 0, w); i >= 0 {
+		return b1.update(i, home, 0, val, now, st)
+	}
+	if two {
+		if i := b2.find(home2, altBit, w); i >= 0 {
+			return b2.update(i, home2, altBit, val, now, st)
+		}
 	}
 	st.inserts.Add(1)
-	// The first free slot from home on: most keys land in their home, and
-	// a lookup then reads one line.
-	for d := range slotsPerBucket {
-		i := home ^ d
-		if b.slots[i].hdr.Load()&hdrUsed == 0 {
-			b.write(i, home, &w, val, now)
-			if d > hdrReach(b.slots[home].hdr.Load()) {
-				b.setReach(home, d)
-			}
-			return Inserted
-		}
+	if i := b1.free(home); i >= 0 {
+		b1.put(i, home, 0, w, val, now)
+		return Inserted
 	}
-	i, dead := b.victim(now)
-	old := hdrHome(b.slots[i].hdr.Load())
-	b.write(i, home, &w, val, now)
-	b.fitReach(old)
-	if d := i ^ home; d > hdrReach(b.slots[home].hdr.Load()) {
-		b.setReach(home, d)
-	}
-	if dead {
+	v1 := b1.victim(now)
+	if v1.dead {
+		b1.replace(v1.i, home, 0, w, val, now)
 		st.reclaimed.Add(1)
 		return Inserted
 	}
-	st.evictions.Add(1)
+	if two {
+		if i := b2.free(home2); i >= 0 {
+			b1.setSpill(home)
+			b2.put(i, home2, altBit, w, val, now)
+			st.spills.Add(1)
+			return Inserted
+		}
+		v2 := b2.victim(now)
+		if v2.dead {
+			b1.setSpill(home)
+			b2.replace(v2.i, home2, altBit, w, val, now)
+			st.spills.Add(1)
+			st.reclaimed.Add(1)
+			return Inserted
+		}
+		// Both full of live entries. A half-open one goes at once;
+		// otherwise make room by moving one of the sixteen keys to its
+		// other bucket, and evict only when none can move.
+		inB2 := v2.before(v1)
+		if !v1.half && !v2.half && st.tryRoom() {
+			if i := t.makeRoom(b1); i >= 0 {
+				b1.put(i, home, 0, w, val, now)
+				st.moves.Add(1)
+				return Inserted
+			}
+			if i := t.makeRoom(b2); i >= 0 {
+				b1.setSpill(home)
+				b2.put(i, home2, altBit, w, val, now)
+				st.spills.Add(1)
+				st.moves.Add(1)
+				return Inserted
+			}
+			st.roomless.Store(roomSkip)
+		}
+		if inB2 {
+			b1.setSpill(home)
+			b2.replace(v2.i, home2, altBit, w, val, now)
+			st.spills.Add(1)
+			st.evicted(v2.half)
+			return Evicted
+		}
+	}
+	b1.replace(v1.i, home, 0, w, val, now)
+	st.evicted(v1.half)
 	return Evicted
 }
 
 // Delete removes the entry for k, expired or not, and reports whether there
 // was one.
 func (t *Table) Delete(k *Key) bool {
+	h := t.Hint(k)
 	var w keyWords
-	bi, h := t.locate(k, &w)
-	home := int(h)
-	b := &t.buckets[bi]
-	b.lock()
-	defer b.unlock()
-	i := b.find(home, &w)
-	if i < 0 {
+	w.from(k)
+	b1, b2 := &t.buckets[h.bi], &t.buckets[h.bi2]
+	home, home2 := int(h.home), int(h.home2)
+	// A spill bit set after this read belongs to an Upsert that ran after
+	// this Delete.
+	bi2 := h.bi
+	if b1.slots[home].hdr.Load()&spillBit != 0 {
+		bi2 = h.bi2
+	}
+	t.lockPair(h.bi, bi2)
+	defer t.unlockPair(h.bi, bi2)
+	b, i := b1, b1.find(home, 0, &w)
+	if i >= 0 {
+		b.clear(i)
+		b.fitReach(home)
+	} else if bi2 != h.bi {
+		b, i = b2, b2.find(home2, altBit, &w)
+		if i < 0 {
+			return false
+		}
+		b.clear(i)
+		b.fitReach(home2)
+	} else {
 		return false
 	}
-	b.clear(i)
-	b.fitReach(home)
-	t.stats[bi&uint64(len(t.stats)-1)].deletes.Add(1)
+	t.stats[h.bi&uint64(len(t.stats)-1)].deletes.Add(1)
 	return true
 }
 
@@ -549,4 +775,58 @@ func (t *Table) Range(now int64, fn func(k Key, e Entry) bool) {
 			}
 		}
 	}
+}
+
+// makeRoom frees a slot of full bucket b, under its lock, by moving one of
+// its keys to that key's other bucket (a first choice to its second, a
+// second back to its first) where that bucket has a free slot and its lock
+// is free at once: waiting there could deadlock with a writer holding it
+// and waiting for b. It returns the freed slot, or -1. The moved key is
+// written at its new place before it is cleared at its old one, so a
+// reader finds it at one or the other (at its first bucket's home, a spill
+// bit sends a reader that misses on to its second).
+func (t *Table) makeRoom(b *bucket) int {
+	for i := range slotsPerBucket {
+		s := &b.slots[i]
+		hd := s.hdr.Load()
+		var w keyWords
+		for j := range w {
+			w[j] = s.key[j].Load()
+		}
+		kh := t.hint(hash(&w, &t.seed))
+		if kh.bi == kh.bi2 {
+			continue
+		}
+		// to: the other bucket; its home there; how the key is stored there.
+		to, toHome, toAlt := kh.bi2, int(kh.home2), uint64(altBit)
+		if hd&altBit != 0 {
+			to, toHome, toAlt = kh.bi, int(kh.home), 0
+		}
+		d := &t.buckets[to]
+		if d == b || !d.tryLock() {
+			continue
+		}
+		j := d.free(toHome)
+		if j >= 0 {
+			home := hdrHome(hd)
+			if toAlt != 0 {
+				b.setSpill(home)
+			}
+			d.put(j, toHome, toAlt, &w, s.val.Load(), int64(s.last.Load()))
+			b.clear(i)
+			b.fitReach(home)
+		}
+		d.unlock()
+		if j >= 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// tryLock takes the bucket's writer lock if it is free now.
+func (b *bucket) tryLock() bool {
+	h0 := &b.slots[0].hdr
+	h := h0.Load()
+	return h&lockBit == 0 && h0.CompareAndSwap(h, h|lockBit)
 }

@@ -428,7 +428,7 @@ func TestUpsertHint_SameAsUpsert(t *testing.T) {
 // home's reach covers it), is stored once, and no reach goes past the
 // farthest key of its home (deletes and evictions shrink it back).
 func TestReachCoversEveryKey(t *testing.T) {
-	for _, buckets := range []int{1, 2} {
+	for _, buckets := range []int{1, 2, 4} {
 		tab := newTable(buckets) // zero seed: the same walk every run
 		rng := rand.New(rand.NewPCG(uint64(buckets), 3))
 		now := int64(1000)
@@ -447,6 +447,11 @@ func TestReachCoversEveryKey(t *testing.T) {
 				now += 1000
 			}
 			checkReach(t, tab, op)
+		}
+		// With two buckets every key's pair is the whole table: nowhere
+		// to move to.
+		if s := tab.Stats(); (buckets > 1 && s.Spills == 0) || (buckets > 2 && s.Moves == 0) {
+			t.Errorf("%d buckets: stats %+v, no spill or move exercised", buckets, s)
 		}
 	}
 }
@@ -474,8 +479,18 @@ func checkReach(t *testing.T, tab *Table, op int) {
 			}
 			seen[k] = true
 			hint := tab.Hint(&k)
-			if hint.bi != uint64(bi) || int(hint.home) != hdrHome(h) {
-				t.Fatalf("op %d: %v in bucket %d home %d, hashes to %d home %d", op, k, bi, hdrHome(h), hint.bi, hint.home)
+			wantBi, wantHome := hint.bi, hint.home
+			if h&altBit != 0 {
+				wantBi, wantHome = hint.bi2, hint.home2
+				if hint.bi2 == hint.bi {
+					t.Fatalf("op %d: %v stored as a second choice but has one bucket", op, k)
+				}
+				if tab.buckets[hint.bi].slots[hint.home].hdr.Load()&spillBit == 0 {
+					t.Fatalf("op %d: %v in its second bucket, its first home has no spill bit", op, k)
+				}
+			}
+			if wantBi != uint64(bi) || int(wantHome) != hdrHome(h) {
+				t.Fatalf("op %d: %v in bucket %d home %d (alt %v), hashes to %d home %d", op, k, bi, hdrHome(h), h&altBit != 0, wantBi, wantHome)
 			}
 			p := i ^ hdrHome(h)
 			far[hdrHome(h)] = max(far[hdrHome(h)], p)
@@ -533,4 +548,89 @@ func TestHashSpreadsKeys(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestX3_HalfOpenEvictedFirst: in a full bucket a new key displaces the
+// least recently used half-open entry, even one used more recently than
+// every established entry; with no half-open entry, the least recently used
+// established one. Evictions are counted by reason.
+func TestX3_HalfOpenEvictedFirst(t *testing.T) {
+	tab := oneBucket(t)
+	for i := range slotsPerBucket {
+		v := val(i)
+		v.HalfOpen = i >= slotsPerBucket-2 // the two most recent
+		k := key5(i)
+		tab.Upsert(&k, v, int64(100+i))
+	}
+	k := key5(100)
+	if r := tab.Upsert(&k, val(100), 200); r != Evicted {
+		t.Fatalf("Upsert into a full bucket: %v, want evicted", r)
+	}
+	mustMiss(t, tab, key5(slotsPerBucket-2), 200) // older of the half-open pair
+	for i := range slotsPerBucket - 2 {
+		mustFind(t, tab, key5(i), 200)
+	}
+	mustFind(t, tab, key5(slotsPerBucket-1), 200)
+	k = key5(101)
+	tab.Upsert(&k, val(101), 201)
+	mustMiss(t, tab, key5(slotsPerBucket-1), 201)
+	k = key5(102)
+	tab.Upsert(&k, val(102), 202)
+	mustMiss(t, tab, key5(0), 202) // no half-open left: LRU
+	if s := tab.Stats(); s.Evictions != 3 || s.EvictionsHalfOpen != 2 {
+		t.Errorf("stats %+v, want 3 evictions, 2 of them half-open", s)
+	}
+	e := mustFind(t, tab, key5(1), 202)
+	if e.HalfOpen {
+		t.Errorf("established entry reads back half-open: %+v", e)
+	}
+}
+
+// TestValueHalfOpenRoundTrip: the half-open mark and the largest idle
+// timeout survive packing side by side.
+func TestValueHalfOpenRoundTrip(t *testing.T) {
+	for _, v := range []Value{
+		{Backend: 7, Side: 1, IdleSec: MaxIdleSec, HalfOpen: true},
+		{Backend: 1<<32 - 1, Side: 255, IdleSec: MaxIdleSec},
+		{Backend: 3, IdleSec: 5, HalfOpen: true},
+	} {
+		if got := unpack(v.pack()); got != v {
+			t.Errorf("unpack(pack(%+v)) = %+v", v, got)
+		}
+	}
+	v := Value{IdleSec: 5, HalfOpen: true}.pack()
+	if expired(v, 0, 4999) || !expired(v, 0, 5000) {
+		t.Error("a half-open entry's timeout is not its IdleSec")
+	}
+}
+
+// TestX3_FewLiveEvictionsAt90Percent: filling a table to 90 % of its
+// capacity with live entries evicts at most 0.1 % of the inserts (each key
+// has two buckets, and a key of a full pair moves to its other bucket
+// before anything is evicted); every key not evicted is found.
+func TestX3_FewLiveEvictionsAt90Percent(t *testing.T) {
+	tab := mustNew(t, 1<<16)
+	n := tab.Capacity() * 9 / 10
+	for i := range n {
+		k := key5(i)
+		tab.Upsert(&k, val(i), 0)
+	}
+	s := tab.Stats()
+	if s.Evictions*1000 > uint64(n) {
+		t.Errorf("%d live evictions in %d inserts (%.3f %%), want at most 0.1 %%", s.Evictions, n, 100*float64(s.Evictions)/float64(n))
+	}
+	if s.Spills == 0 || s.Moves == 0 {
+		t.Errorf("stats %+v: no key went to its second bucket or moved", s)
+	}
+	found := 0
+	for i := range n {
+		k := key5(i)
+		if _, ok := tab.Lookup(&k, 0); ok {
+			found++
+		}
+	}
+	if found != n-int(s.Evictions) || tab.Len() != found {
+		t.Errorf("%d keys found, Len %d, want %d - %d evicted", found, tab.Len(), n, s.Evictions)
+	}
+	t.Logf("%d inserts: %d spilled, %d moves, %d evictions", n, s.Spills, s.Moves, s.Evictions)
 }

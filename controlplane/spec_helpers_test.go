@@ -124,10 +124,14 @@ func (s svc) serviceText(tb testing.TB) string {
 
 // configText joins services into one file with an HTTP health check (which
 // WEIGHTED_MAGLEV needs, W1) and a small conntrack table (rigs are many).
+// These tests stand for a connection by its SYN alone, so a SYN's entry
+// keeps the service's idle timeout (conntrack_syn_timeout_sec at its
+// largest, capped by the service's); the short timeout of a SYN alone is
+// dataplane's TestFlood_SYNOnlyEntryShortTimeoutThenPromoted.
 func configText(tb testing.TB, services ...svc) string {
 	tb.Helper()
 	parts := []string{
-		"[dataplane]\nconntrack_capacity = 65536\n",
+		"[dataplane]\nconntrack_capacity = 65536\nconntrack_syn_timeout_sec = 3600\n",
 		"[[health_check]]\nname = \"hc\"\ntype = \"HTTP\"\n",
 	}
 	for _, s := range services {

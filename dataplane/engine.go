@@ -10,19 +10,55 @@ import (
 	"xlb/maglev"
 )
 
-const tcpSYN = 0x02
+const (
+	tcpSYN = 0x02
+	tcpRST = 0x04
+)
 
 // Engine is the decision engine shared by all deciders: the current snapshot
 // and the conntrack table.
 type Engine struct {
 	snap atomic.Pointer[Snapshot]
 	ct   *conntrack.Table
+	lim  FloodLimits
 }
+
+// FloodLimits bound what new flows may cost the tracking table.
+type FloodLimits struct {
+	// SYNIdleSec is the idle timeout of an entry that has seen only a
+	// connection's SYN (capped by the service's own): a SYN flood's
+	// entries go within seconds, while a real handshake completes (or its
+	// client retransmits its SYN, at 1 s and 3 s) well inside it. The first
+	// packet of the flow that is not a SYN gives the entry the service's
+	// timeout.
+	SYNIdleSec uint32
+	// NewPerSec is how many new entries each decider records per second
+	// (burst: one second's worth); above it a new flow is still forwarded
+	// by Maglev, unrecorded (Stats.NotRecorded). 0: no limit.
+	NewPerSec uint32
+}
+
+// FloodLimitsOf reads the limits from the [dataplane] section.
+func FloodLimitsOf(d *config.Dataplane) FloodLimits {
+	return FloodLimits{SYNIdleSec: uint32(d.ConntrackSYNTimeoutSec), NewPerSec: uint32(d.ConntrackNewEntryRate)}
+}
+
+// DefaultSYNIdleSec outlives a client's first two SYN retransmits (1 s, 3 s).
+const DefaultSYNIdleSec = 5
 
 // NewEngine returns an engine over a conntrack table. It has no snapshot
 // until Store is called; until then every frame is passed to the host.
 func NewEngine(ct *conntrack.Table) *Engine {
-	return &Engine{ct: ct}
+	return &Engine{ct: ct, lim: FloodLimits{SYNIdleSec: DefaultSYNIdleSec}}
+}
+
+// SetFloodLimits sets the limits deciders made afterwards use (a zero
+// SYNIdleSec keeps the default).
+func (e *Engine) SetFloodLimits(l FloodLimits) {
+	if l.SYNIdleSec == 0 {
+		l.SYNIdleSec = DefaultSYNIdleSec
+	}
+	e.lim = l
 }
 
 // Store publishes a new snapshot; deciders see it from their next batch.
@@ -93,6 +129,9 @@ type Decision struct {
 	// Draining: Rule is a removed rule still draining (M5): only a live
 	// tracking entry forwards.
 	Draining bool
+	// NotRecorded: a new flow over FloodLimits.NewPerSec, forwarded
+	// without an entry.
+	NotRecorded bool
 
 	pending bool // front passed the frame on to steps 1–2
 }
@@ -107,6 +146,7 @@ type Flow struct {
 	PortInfo   bool // "has port information" (SPEC §0)
 	Fragmented bool
 	SYN        bool
+	RST        bool // a TCP reset: it never makes a half-open entry established
 	V6         bool
 }
 
@@ -130,11 +170,41 @@ type Decider struct {
 	sink  uint64 // keeps prefetch loads alive
 	ipid  uint16 // outer IPv4 identification of encapsulated frames and ICMP errors
 	icmp  icmpLimit
+	lim   FloodLimits
+	rec   recordLimit
 }
 
 // NewDecider returns a decider of e.
 func (e *Engine) NewDecider() *Decider {
-	return &Decider{e: e, stats: newStats()}
+	return &Decider{e: e, stats: newStats(), lim: e.lim}
+}
+
+// recordLimit is a token bucket on the decider's clock for new entries:
+// tokens are kept in thousandths so that a millisecond of a rate below
+// 1000/s still adds some. No lock: one decider owns it.
+type recordLimit struct {
+	milli int64 // tokens * 1000
+	last  int64 // ms
+}
+
+// allow takes a token for a new entry at now, at rate per second.
+func (r *recordLimit) allow(rate uint32, now int64) bool {
+	if rate == 0 {
+		return true
+	}
+	burst := int64(rate) * 1000
+	if el := now - r.last; el > 0 || r.last == 0 {
+		if r.last == 0 {
+			el = 1000 // start full
+		}
+		r.milli = min(burst, r.milli+el*int64(rate))
+		r.last = now
+	}
+	if r.milli < 1000 {
+		return false
+	}
+	r.milli -= 1000
+	return true
 }
 
 // Stats returns the decider's counters (safe to read from other goroutines).
@@ -274,6 +344,7 @@ func (dc *Decider) front(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision
 			fl.PortInfo = !fl.Fragmented
 		}
 		fl.SYN = p.Proto == packet.ProtoTCP && p.TCPFlags&tcpSYN != 0 && p.Frag != packet.FragLater
+		fl.RST = p.Proto == packet.ProtoTCP && p.TCPFlags&tcpRST != 0 && p.Frag != packet.FragLater
 	}
 
 	rule := matchRule(vr.Rules, fl)
@@ -333,7 +404,14 @@ func (dc *Decider) back(snap *Snapshot, now int64, d *Decision, h conntrack.Hint
 			d.Invalid = "failover"
 		}
 		if d.Invalid == "" {
-			if !d.ICMPSteered {
+			switch {
+			case d.ICMPSteered:
+			case e.HalfOpen && !fl.SYN && !fl.RST:
+				// The handshake went on: the connection gets the
+				// service's timeout and counts as established (a reset,
+				// a spoofed source's answer to a SYN-ACK, does not).
+				ct.UpsertHint(&d.TrackKey, h, conntrack.Value{Backend: e.Backend, Side: e.Side, IdleSec: svc.IdleSec}, now)
+			default:
 				ct.Touch(&e, now)
 			}
 			d.Track = TrackHit
@@ -375,7 +453,15 @@ func (dc *Decider) back(snap *Snapshot, now int64, d *Decision, h conntrack.Hint
 
 	// R1: record.
 	if d.Track == TrackNew || d.Track == TrackReplaced {
-		r := ct.UpsertHint(&d.TrackKey, h, conntrack.Value{Backend: uint32(ref), Side: uint8(svc.Side), IdleSec: svc.IdleSec}, now)
+		if d.Track == TrackNew && !dc.rec.allow(dc.lim.NewPerSec, now) {
+			d.NotRecorded = true
+			return
+		}
+		v := conntrack.Value{Backend: uint32(ref), Side: uint8(svc.Side), IdleSec: svc.IdleSec}
+		if fl.SYN && fl.Proto == packet.ProtoTCP {
+			v.HalfOpen, v.IdleSec = true, min(v.IdleSec, dc.lim.SYNIdleSec)
+		}
+		r := ct.UpsertHint(&d.TrackKey, h, v, now)
 		d.Evicted = r == conntrack.Evicted
 	}
 }

@@ -74,6 +74,11 @@ func TestX1_ICMPErrorsFollowTheQuotedFlow(t *testing.T) {
 	}
 	for _, c := range conns {
 		c.backend = specForward(t, r.Send(c.syn), "SYN")
+		// The handshake completes: the entry is established and keeps the
+		// service's idle timeout, not the short one of a SYN alone.
+		ack := c.syn
+		ack.Flags = "A"
+		specForward(t, r.Send(ack), "ACK")
 	}
 	// Grow the sets: about half of the flows would now hash elsewhere, so a
 	// hit is told apart from a fresh selection.

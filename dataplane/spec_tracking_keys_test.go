@@ -5,6 +5,7 @@ package dataplane_test
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"xlb/conntrack"
@@ -654,8 +655,15 @@ func TestR1_EntryRecordedAfterSelection(t *testing.T) {
 		if !ok {
 			t.Fatalf("no entry under %v; entries %v", key, after)
 		}
-		if e.Backend != uint32(res.Backend.Ref) || dataplane.Side(e.Side) != side || e.LastUse != r.Now || e.IdleSec != 60 {
-			t.Fatalf("entry %+v, want backend %s (%#x) side %s last use %d idle 60", e, got, uint32(res.Backend.Ref), side, r.Now)
+		// A SYN records a half-open entry with the short SYN timeout;
+		// other new flows get the service's.
+		idle, half := uint32(60), p.Proto == packet.ProtoTCP && strings.Contains(p.Flags, "S")
+		if half {
+			idle = dataplane.DefaultSYNIdleSec
+		}
+		if e.Backend != uint32(res.Backend.Ref) || dataplane.Side(e.Side) != side || e.LastUse != r.Now ||
+			e.IdleSec != idle || e.HalfOpen != half {
+			t.Fatalf("entry %+v, want backend %s (%#x) side %s last use %d idle %d half-open %v", e, got, uint32(res.Backend.Ref), side, r.Now, idle, half)
 		}
 	}
 	check(cptest.TCP(specClient4, specVIP4, 40000, 443, "S"), dataplane.SidePrimary)

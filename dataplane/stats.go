@@ -16,6 +16,9 @@ type Stats struct {
 	Drops   [NumReasons]atomic.Uint64
 	// Evictions counts live tracking entries displaced by new ones (X3).
 	Evictions atomic.Uint64
+	// NotRecorded counts new flows forwarded without an entry because the
+	// decider was over its new-entry rate (FloodLimits.NewPerSec).
+	NotRecorded atomic.Uint64
 	// TooBigSent counts the too-big drops answered with an ICMP error to
 	// the sender (X1); they are counted in Drops[ReasonTooBig] too.
 	TooBigSent atomic.Uint64
@@ -28,12 +31,12 @@ type Stats struct {
 // batchCounts are the counts of the batch in progress. Only the decider
 // touches them; flush moves them into the shared counters.
 type batchCounts struct {
-	pass, forward, evictions, tooBigSent uint64
-	drops                                [NumReasons]uint64
-	svc                                  []serviceDelta // by service ID, as long as perObject.services
-	be                                   []backendDelta // by backend slot, as long as perObject.backends
-	svcTouched                           []uint16       // services with a non-zero delta
-	beTouched                            []uint32       // backend slots with a non-zero delta
+	pass, forward, evictions, tooBigSent, notRecorded uint64
+	drops                                             [NumReasons]uint64
+	svc                                               []serviceDelta // by service ID, as long as perObject.services
+	be                                                []backendDelta // by backend slot, as long as perObject.backends
+	svcTouched                                        []uint16       // services with a non-zero delta
+	beTouched                                         []uint32       // backend slots with a non-zero delta
 }
 
 type serviceDelta struct {
@@ -168,6 +171,9 @@ func (s *Stats) count(d *Decision, length int) {
 	if d.Evicted {
 		b.evictions++
 	}
+	if d.NotRecorded {
+		b.notRecorded++
+	}
 	if d.TooBigSent {
 		b.tooBigSent++
 	}
@@ -187,8 +193,9 @@ func (s *Stats) flush() {
 	add(&s.Pass, b.pass)
 	add(&s.Forward, b.forward)
 	add(&s.Evictions, b.evictions)
+	add(&s.NotRecorded, b.notRecorded)
 	add(&s.TooBigSent, b.tooBigSent)
-	b.pass, b.forward, b.evictions, b.tooBigSent = 0, 0, 0, 0
+	b.pass, b.forward, b.evictions, b.tooBigSent, b.notRecorded = 0, 0, 0, 0, 0
 	for r := range b.drops {
 		add(&s.Drops[r], b.drops[r])
 		b.drops[r] = 0

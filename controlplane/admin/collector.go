@@ -25,6 +25,8 @@ var (
 		"Frames dropped, by reason.", []string{"queue", "reason"}, nil)
 	descQueueEvictions = prometheus.NewDesc("xlb_queue_conntrack_evictions_total",
 		"Live tracking entries displaced by this queue's new flows because their bucket was full.", queueLabels, nil)
+	descQueueNotRecorded = prometheus.NewDesc("xlb_queue_conntrack_not_recorded_total",
+		"New flows this queue forwarded without a tracking entry because it was over its new-entry rate (conntrack_new_entry_rate).", queueLabels, nil)
 	descQueueTooBigSent = prometheus.NewDesc("xlb_queue_icmp_too_big_sent_total",
 		"Too-big drops answered with ICMP fragmentation needed / packet too big to the sender.", queueLabels, nil)
 
@@ -46,6 +48,12 @@ var (
 		"Live tracking entries overwritten in place.", nil, nil)
 	descCTEvictions = prometheus.NewDesc("xlb_conntrack_evictions_total",
 		"Live tracking entries displaced because their bucket was full.", nil, nil)
+	descCTEvicted = prometheus.NewDesc("xlb_conntrack_evicted_entries_total",
+		"Live tracking entries displaced, by the state of the entry: half_open (only a SYN seen) or established.", []string{"state"}, nil)
+	descCTSpills = prometheus.NewDesc("xlb_conntrack_spills_total",
+		"New keys stored in their second bucket because their first was full.", nil, nil)
+	descCTMoves = prometheus.NewDesc("xlb_conntrack_moves_total",
+		"Keys moved to their other bucket to make room for a new key instead of evicting a live entry.", nil, nil)
 	descCTReclaimed = prometheus.NewDesc("xlb_conntrack_reclaimed_total",
 		"Expired tracking entries whose slot was reused.", nil, nil)
 	descCTDeletes = prometheus.NewDesc("xlb_conntrack_deletes_total",
@@ -102,9 +110,9 @@ var (
 		[]string{"service", "backend", "ip", "state"}, nil)
 
 	allDescs = []*prometheus.Desc{
-		descQueueRX, descQueueTX, descQueuePass, descQueueDrops, descQueueEvictions, descQueueTooBigSent,
+		descQueueRX, descQueueTX, descQueuePass, descQueueDrops, descQueueEvictions, descQueueNotRecorded, descQueueTooBigSent,
 		descAFXDPDrops, descAFXDPFillEmpty, descXDPFrames,
-		descCTEntries, descCTCapacity, descCTInserts, descCTUpdates, descCTEvictions, descCTReclaimed, descCTDeletes,
+		descCTEntries, descCTCapacity, descCTInserts, descCTUpdates, descCTEvictions, descCTEvicted, descCTSpills, descCTMoves, descCTReclaimed, descCTDeletes,
 		descGeneration, descReloadOK, descReloadFail,
 		descSvcPackets, descSvcBytes, descSvcNew, descSvcDrops, descSvcSide, descSvcEligible, descSvcBackends, descSvcSwitches,
 		descBePackets, descBeBytes, descBeNew, descBeHealthy, descBeWeight, descBeEligible, descBeReady,
@@ -161,6 +169,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descQueueTX, q.TX, l)
 		counter(descQueuePass, q.Pass, l)
 		counter(descQueueEvictions, q.Evictions, l)
+		counter(descQueueNotRecorded, q.NotRecorded, l)
 		counter(descQueueTooBigSent, q.TooBigSent, l)
 		drops(descQueueDrops, &q.Drops, l)
 	}
@@ -194,6 +203,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descCTInserts, ct.Inserts)
 		counter(descCTUpdates, ct.Updates)
 		counter(descCTEvictions, ct.Evictions)
+		counter(descCTEvicted, ct.EvictionsHalfOpen, "half_open")
+		counter(descCTEvicted, ct.Evictions-ct.EvictionsHalfOpen, "established")
+		counter(descCTSpills, ct.Spills)
+		counter(descCTMoves, ct.Moves)
 		counter(descCTReclaimed, ct.Reclaimed)
 		counter(descCTDeletes, ct.Deletes)
 	}

@@ -45,8 +45,12 @@ type ConntrackReport struct {
 	Inserts   uint64  `json:"inserts"`
 	Updates   uint64  `json:"updates"`
 	Evictions uint64  `json:"evictions"`
-	Reclaimed uint64  `json:"reclaimed"`
-	Deletes   uint64  `json:"deletes"`
+	// EvictionsHalfOpen: of Evictions, entries that had seen only a SYN.
+	EvictionsHalfOpen uint64 `json:"evictions_half_open"`
+	Spills            uint64 `json:"spills"` // new keys stored in their second bucket
+	Moves             uint64 `json:"moves"`  // keys moved to their other bucket to make room
+	Reclaimed         uint64 `json:"reclaimed"`
+	Deletes           uint64 `json:"deletes"`
 }
 
 // QueueReport is the counters of the worker(s) of one rx queue.
@@ -61,6 +65,9 @@ type QueueReport struct {
 	// Evictions counts live tracking entries this queue's new flows
 	// displaced (X3).
 	Evictions uint64 `json:"conntrack_evictions"`
+	// NotRecorded counts new flows forwarded without an entry, over the
+	// queue's new-entry rate.
+	NotRecorded uint64 `json:"conntrack_not_recorded"`
 	// TooBigSent counts the too-big drops answered with ICMP
 	// fragmentation needed / packet too big to the sender (X1).
 	TooBigSent uint64 `json:"too_big_icmp_sent"`
@@ -134,7 +141,8 @@ func Gather(in Inputs) *Report {
 	if ct := in.Conntrack; ct != nil {
 		st, n, c := ct.Stats(), ct.Len(), ct.Capacity()
 		r.Conntrack = &ConntrackReport{Entries: n, Capacity: c, Inserts: st.Inserts, Updates: st.Updates,
-			Evictions: st.Evictions, Reclaimed: st.Reclaimed, Deletes: st.Deletes}
+			Evictions: st.Evictions, EvictionsHalfOpen: st.EvictionsHalfOpen, Spills: st.Spills, Moves: st.Moves,
+			Reclaimed: st.Reclaimed, Deletes: st.Deletes}
 		if c > 0 {
 			r.Conntrack.Occupancy = float64(n) / float64(c)
 		}
@@ -199,6 +207,7 @@ func queues(workers []QueueStats) []QueueReport {
 		q.TX += s.Forward.Load()
 		q.Pass += s.Pass.Load()
 		q.Evictions += s.Evictions.Load()
+		q.NotRecorded += s.NotRecorded.Load()
 		q.TooBigSent += s.TooBigSent.Load()
 		q.Drops.add(&s.Drops)
 	}

@@ -213,6 +213,7 @@ func (s *stack) neighbours() error {
 	}
 	s.ct, s.engine = ct, dataplane.NewEngine(ct)
 	s.restore, s.keep = restore, keep
+	s.engine.SetFloodLimits(dataplane.FloodLimitsOf(&s.cfg.Dataplane))
 	res, err := neigh.New(s.cfg.Dataplane.Interface, s.base.Named("neigh")) // it names the interface itself
 	if err != nil {
 		return privErr("neighbour resolver", err)

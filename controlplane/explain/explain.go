@@ -83,6 +83,7 @@ func Explain(cfg *config.Config, req *Request) (*Report, error) {
 		return nil, err
 	}
 	eng := dataplane.NewEngine(ct)
+	eng.SetFloodLimits(dataplane.FloodLimitsOf(&cfg.Dataplane))
 	cp, err := controlplane.New(cfg, eng, controlplane.Options{
 		Local: sim.SimLocal(), InitialHealthy: true, InitialWeight: 1000,
 	}, 0)

@@ -73,6 +73,7 @@ func New(cfg *config.Config, dir string) (*Machine, error) {
 		return nil, err
 	}
 	eng := dataplane.NewEngine(ct)
+	eng.SetFloodLimits(dataplane.FloodLimitsOf(&cfg.Dataplane))
 	cp, err := controlplane.New(cfg, eng, controlplane.Options{
 		Local:          SimLocal(),
 		InitialHealthy: true,
