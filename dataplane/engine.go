@@ -167,11 +167,11 @@ type Decider struct {
 	ds    [batchMax]Decision
 	hints [batchMax]conntrack.Hint
 	one   [1]Frame
-	sink  uint64 // keeps prefetch loads alive
-	ipid  uint16 // outer IPv4 identification of encapsulated frames and ICMP errors
-	icmp  icmpLimit
+	sink  uint64      // keeps prefetch loads alive
+	ipid  uint16      // outer IPv4 identification of encapsulated frames and ICMP errors
+	icmp  tokenBucket // ICMP errors sent (icmpRate)
 	lim   FloodLimits
-	rec   recordLimit
+	rec   tokenBucket // new entries recorded (FloodLimits.NewPerSec)
 }
 
 // NewDecider returns a decider of e.
@@ -179,31 +179,28 @@ func (e *Engine) NewDecider() *Decider {
 	return &Decider{e: e, stats: newStats(), lim: e.lim}
 }
 
-// recordLimit is a token bucket on the decider's clock for new entries:
-// tokens are kept in thousandths so that a millisecond of a rate below
-// 1000/s still adds some. No lock: one decider owns it.
-type recordLimit struct {
-	milli int64 // tokens * 1000
-	last  int64 // ms
+// tokenBucket is a token bucket on the decider's clock (ms) that starts
+// full. It keeps thousandths of a token, so that a millisecond at a rate
+// below 1000/s still adds some. No lock: one decider owns it.
+type tokenBucket struct {
+	milli   int64 // tokens * 1000
+	last    int64 // ms
+	started bool
 }
 
-// allow takes a token for a new entry at now, at rate per second.
-func (r *recordLimit) allow(rate uint32, now int64) bool {
-	if rate == 0 {
-		return true
+// allow takes a token at now, refilling at rate per second up to burst.
+func (b *tokenBucket) allow(rate, burst, now int64) bool {
+	if !b.started {
+		b.milli, b.last, b.started = burst*1000, now, true
 	}
-	burst := int64(rate) * 1000
-	if el := now - r.last; el > 0 || r.last == 0 {
-		if r.last == 0 {
-			el = 1000 // start full
-		}
-		r.milli = min(burst, r.milli+el*int64(rate))
-		r.last = now
+	if el := now - b.last; el > 0 {
+		b.milli = min(burst*1000, b.milli+el*rate)
+		b.last = now
 	}
-	if r.milli < 1000 {
+	if b.milli < 1000 {
 		return false
 	}
-	r.milli -= 1000
+	b.milli -= 1000
 	return true
 }
 
@@ -453,7 +450,7 @@ func (dc *Decider) back(snap *Snapshot, now int64, d *Decision, h conntrack.Hint
 
 	// R1: record.
 	if d.Track == TrackNew || d.Track == TrackReplaced {
-		if d.Track == TrackNew && !dc.rec.allow(dc.lim.NewPerSec, now) {
+		if rate := int64(dc.lim.NewPerSec); d.Track == TrackNew && rate > 0 && !dc.rec.allow(rate, rate, now) {
 			d.NotRecorded = true
 			return
 		}
@@ -696,7 +693,7 @@ func copyAddr(dst, src *[16]byte) {
 // allows: its path MTU discovery then shrinks what it sends (X1).
 // Otherwise the frame stays a plain drop.
 func (dc *Decider) tooBig(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision, mtu int, now int64) {
-	if !packet.CanSendTooBig(p) || !dc.icmp.allow(now) {
+	if !packet.CanSendTooBig(p) || !dc.icmp.allow(icmpRate, icmpBurst, now) {
 		return
 	}
 	off, n, err := packet.TooBig(f.Buf, f.Off, p, snap.Local.MAC, mtu, dc.ipid)
@@ -713,32 +710,6 @@ func (dc *Decider) tooBig(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decisio
 // icmp_msgs_burst). A flood of oversized packets must not make the
 // balancer a reflector.
 const (
-	icmpRate     = 1000
-	icmpBurst    = 50
-	icmpInterval = int64(1000 / icmpRate) // ms per token (the engine's clock is in ms)
+	icmpRate  = 1000
+	icmpBurst = 50
 )
-
-// icmpLimit is a token bucket on the decider's clock; it starts full.
-type icmpLimit struct {
-	tokens  int64
-	last    int64 // time of the last token added
-	started bool
-}
-
-func (l *icmpLimit) allow(now int64) bool {
-	if !l.started {
-		l.tokens, l.last, l.started = icmpBurst, now, true
-	}
-	if n := (now - l.last) / icmpInterval; n > 0 {
-		l.tokens = min(icmpBurst, l.tokens+n)
-		l.last += n * icmpInterval
-		if l.tokens == icmpBurst {
-			l.last = now
-		}
-	}
-	if l.tokens == 0 {
-		return false
-	}
-	l.tokens--
-	return true
-}
