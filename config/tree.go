@@ -150,19 +150,25 @@ func (b *treeBuilder) parent(keys []string) (map[string]any, bool) {
 	return t, true
 }
 
-// table handles [a.b]: a new table, or one that an earlier header created
-// as a parent.
-func (b *treeBuilder) table(e *unstable.Node) (map[string]any, bool) {
+// header reads the key of a table header [a.b.c] or [[a.b.c]]: the table
+// it goes into (a.b) and its last part (c).
+func (b *treeBuilder) header(e *unstable.Node) (map[string]any, string, bool) {
 	var buf [8]string
 	keys, ok := b.keyParts(e, buf[:0])
 	if !ok {
-		return nil, false
+		return nil, "", false
 	}
 	t, ok := b.parent(keys[:len(keys)-1])
+	return t, keys[len(keys)-1], ok
+}
+
+// table handles [a.b]: a new table, or one that an earlier header created
+// as a parent.
+func (b *treeBuilder) table(e *unstable.Node) (map[string]any, bool) {
+	t, last, ok := b.header(e)
 	if !ok {
 		return nil, false
 	}
-	last := keys[len(keys)-1]
 	switch v := t[last].(type) {
 	case nil:
 		nt := map[string]any{}
@@ -181,16 +187,10 @@ func (b *treeBuilder) table(e *unstable.Node) (map[string]any, bool) {
 
 // arrayTable handles [[a.b]]: a new element of an array of tables.
 func (b *treeBuilder) arrayTable(e *unstable.Node) (map[string]any, bool) {
-	var buf [8]string
-	keys, ok := b.keyParts(e, buf[:0])
+	t, last, ok := b.header(e)
 	if !ok {
 		return nil, false
 	}
-	t, ok := b.parent(keys[:len(keys)-1])
-	if !ok {
-		return nil, false
-	}
-	last := keys[len(keys)-1]
 	nt := map[string]any{}
 	switch v := t[last].(type) {
 	case nil:
