@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"xlb/conntrack"
 	"xlb/dataplane"
 	"xlb/dataplane/capture"
 )
@@ -113,5 +114,32 @@ func TestRound_CaptureCopies(t *testing.T) {
 	// Each forwarded frame twice: as received and as sent.
 	if c := bytes.Count(out.Bytes(), []byte("verdict=forward")); c != 2*5*8 {
 		t.Errorf("%d packet comments say forward, want 80", c)
+	}
+}
+
+// TestRound_TimestampsOnNowMs: the entries a round records carry NowMs's
+// clock, the control plane's (drain deadlines, a table kept across a
+// restart), not the process-relative one the loop measures spins with.
+func TestRound_TimestampsOnNowMs(t *testing.T) {
+	eng := testEngine(t)
+	w, err := New(eng, dataplane.NewMemFramePort(udpFrames(t, 8), 8), nopPoller{}, Config{CPU: -1, Batch: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := NowMs()
+	if err := w.round(); err != nil {
+		t.Fatal(err)
+	}
+	after := NowMs()
+	n := 0
+	eng.Conntrack().Range(after, func(_ conntrack.Key, e conntrack.Entry) bool {
+		n++
+		if e.LastUse < before || e.LastUse > after {
+			t.Errorf("entry last used at %d ms, want within NowMs %d..%d", e.LastUse, before, after)
+		}
+		return true
+	})
+	if n == 0 {
+		t.Fatal("the round recorded no entry")
 	}
 }

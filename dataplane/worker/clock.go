@@ -26,7 +26,12 @@ var monoBase = func() int64 {
 // boot, the same in every process). Conntrack timestamps and the control
 // plane's drain deadlines are on it, so the control plane must be driven
 // with it too.
-func NowMs() int64 { return (monoBase + int64(time.Since(epoch))) / 1e6 }
+func NowMs() int64 { return msOf(nowNs()) }
+
+// msOf is a reading of nowNs on NowMs's clock: what a worker hands the
+// engine, so that its conntrack timestamps and the control plane's
+// deadlines are on one clock.
+func msOf(ns int64) int64 { return (monoBase + ns) / 1e6 }
 
 // nowNs is process-relative monotonic nanoseconds, for the spin bound and
 // the capture's timestamps.

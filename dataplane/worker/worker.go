@@ -191,7 +191,7 @@ func (w *Worker) round() error {
 	if r := w.capture.Load(); r != nil {
 		n = w.pollCapturing(r, now)
 	} else {
-		n = w.decider.Poll(w.port, w.frames, now/int64(time.Millisecond))
+		n = w.decider.Poll(w.port, w.frames, msOf(now))
 	}
 	if n > 0 {
 		w.idle = false
@@ -224,7 +224,7 @@ func (w *Worker) pollCapturing(r *capture.Ring, now int64) int {
 	}
 	batch := w.frames[:n]
 	r.Before(batch)
-	w.decider.Process(batch, now/int64(time.Millisecond))
+	w.decider.Process(batch, msOf(now))
 	r.After(batch, now)
 	w.port.Complete(batch)
 	return n
