@@ -29,13 +29,15 @@ import (
 // aligned file offsets); the rest of the span is never written.
 const (
 	fileMagic = "xlb-ct\x00\x01"
-	// fileLayout is the layout of header, slots and buckets, and of what
-	// an entry means; bump on any change. 2: two buckets per key (alt and
-	// spill bits in the slot header), half-open entries (value bit 63).
-	fileLayout     = 2
+	// The layout of header, slots and buckets, and of what an entry
+	// means, is fileLayout (layout.go: bump on any change).
 	fileHeaderSpan = hugePage
 	fileHeaderSize = 128
 	fileClockMono  = 1 // last-use times are CLOCK_MONOTONIC ms
+	// fileSlotSize is a slot's size in every layout this binary reads.
+	fileSlotSize = 64
+	// maxFilePerBucket bounds the slots per bucket a header may claim.
+	maxFilePerBucket = 64
 )
 
 // fileHeader is the header's content, little endian at offset 0:
@@ -77,10 +79,10 @@ func (h *fileHeader) marshal() []byte {
 }
 
 // ErrForeignFile is what Open's Refused wraps: the file exists but is not a
-// table this process can take over.
-var ErrForeignFile = errors.New("not a conntrack table of this layout, size and boot")
+// table this process can take over or migrate.
+var ErrForeignFile = errors.New("not a conntrack table of a known layout and this boot")
 
-// unmarshalHeader checks magic, checksum and layout and returns the header.
+// unmarshalHeader checks magic and checksum and returns the header.
 func unmarshalHeader(b []byte) (fileHeader, error) {
 	var h fileHeader
 	if len(b) < fileHeaderSize {
@@ -100,13 +102,42 @@ func unmarshalHeader(b []byte) (fileHeader, error) {
 	}
 	copy(h.boot[:], b[80:96])
 	h.id = le.Uint64(b[96:])
-	if h.layout != fileLayout {
-		return h, fmt.Errorf("%w: layout %d, this binary's is %d", ErrForeignFile, h.layout, fileLayout)
-	}
-	if h.slotSize != uint32(unsafe.Sizeof(slot{})) || h.perBucket != slotsPerBucket || h.clock != fileClockMono {
-		return h, fmt.Errorf("%w: slot size %d, slots per bucket %d, clock %d", ErrForeignFile, h.slotSize, h.perBucket, h.clock)
-	}
 	return h, nil
+}
+
+// check reports why a well-formed header (unmarshalHeader) describes no
+// table this binary can read in a file of size bytes on this boot: an
+// unknown layout, another clock or boot, or a geometry out of bounds or
+// not that of the file's size. Everything a reader of the file relies on
+// is bounded here, checksum or not.
+func (h *fileHeader) check(size int64, boot [16]byte) error {
+	switch {
+	case !readableLayout(h.layout):
+		return fmt.Errorf("%w: layout %d (%#x), this binary's is %d and it reads %d and %#x", ErrForeignFile,
+			h.layout, h.layout, fileLayout, layout2, layoutTest4)
+	case h.clock != fileClockMono:
+		return fmt.Errorf("%w: clock %d", ErrForeignFile, h.clock)
+	case h.boot != boot:
+		return fmt.Errorf("%w: written before the last reboot", ErrForeignFile)
+	case h.slotSize != fileSlotSize:
+		return fmt.Errorf("%w: slot size %d, layout %d has %d", ErrForeignFile, h.slotSize, h.layout, fileSlotSize)
+	case h.perBucket == 0 || h.perBucket > maxFilePerBucket || h.perBucket&(h.perBucket-1) != 0:
+		return fmt.Errorf("%w: %d slots per bucket", ErrForeignFile, h.perBucket)
+	case h.buckets == 0 || h.buckets&(h.buckets-1) != 0 || h.buckets*uint64(h.perBucket) > MaxCapacity:
+		return fmt.Errorf("%w: %d buckets of %d slots", ErrForeignFile, h.buckets, h.perBucket)
+	}
+	// Bounded above: at most MaxCapacity slots of 64 bytes.
+	if want := int64(fileHeaderSpan) + int64(h.buckets)*int64(h.perBucket)*int64(h.slotSize); size != want {
+		return fmt.Errorf("%w: %d bytes, its header says %d", ErrForeignFile, size, want)
+	}
+	return nil
+}
+
+// current reports whether a checked header is this binary's layout and
+// geometry with n buckets: a table to take over as it is.
+func (h *fileHeader) current(n int) bool {
+	return h.layout == fileLayout && h.slotSize == uint32(unsafe.Sizeof(slot{})) &&
+		h.perBucket == slotsPerBucket && h.buckets == uint64(n)
 }
 
 // bootID is this boot's identity: CLOCK_MONOTONIC restarts with it.
@@ -137,11 +168,18 @@ func unhex(c byte) byte {
 type OpenInfo struct {
 	// Kept: the file held a table of this layout, size and boot, now in
 	// use with its entries (Entries live ones, Torn slots cleared).
-	Kept    bool
-	Entries int
-	Torn    int
-	// Refused is why an existing file was not used (nil: none, or kept);
-	// it was renamed to RefusedAs and the table starts empty.
+	Kept bool
+	// Migrated: the file held a table of this boot of another layout this
+	// binary reads, or of another capacity. Its live entries were copied
+	// into a new table of this binary's layout and the capacity asked for,
+	// with the old table's ID: Entries of them are in it, Dropped did not
+	// fit (a smaller table evicts), Torn slots were skipped.
+	Migrated               bool
+	FromLayout             uint32
+	FromCapacity           int
+	Entries, Torn, Dropped int
+	// Refused is why an existing file was not used (nil: none, kept or
+	// migrated); it was renamed to RefusedAs and the table starts empty.
 	Refused   error
 	RefusedAs string
 }
@@ -149,12 +187,16 @@ type OpenInfo struct {
 // Open returns a table of at least capacity entries kept in the file at
 // path, on a memory-backed file system: the table a previous process left
 // there when its header matches (magic, layout, slot geometry, bucket
-// count, boot, checksum), else a new empty one. A file that does not match
-// is renamed aside (path + ".refused") and reported in OpenInfo.Refused,
-// never used. The file is locked (flock) while the table lives: a second
-// process gets an error. now (ms, CLOCK_MONOTONIC) expires nothing; it is
-// only used to count live entries. An error leaves no table; callers fall
-// back to New.
+// count, boot, checksum), else a new empty one. A file of this boot whose
+// layout this binary reads but whose layout or capacity differs is
+// migrated: its live entries (at now, ms, CLOCK_MONOTONIC) go into a new
+// file of this binary's layout and capacity, which needs room for both
+// files while it runs. Any other file is renamed aside (path +
+// ".refused") and reported in OpenInfo.Refused, never used; so is one
+// that cannot be migrated (no room for the new file). The file is locked
+// (flock) while the table lives: a second process gets an error. now
+// expires nothing; it only decides which entries are live. An error
+// leaves no table; callers fall back to New.
 func Open(path string, capacity int, now int64) (*Table, OpenInfo, error) {
 	var info OpenInfo
 	if capacity < MinCapacity || capacity > MaxCapacity {
@@ -179,40 +221,24 @@ func Open(path string, capacity int, now int64) (*Table, OpenInfo, error) {
 		return nil, info, err
 	}
 	boot := bootID()
-	var hdr fileHeader
-	keep := false
-	if fi.Size() > 0 {
-		b := make([]byte, fileHeaderSize)
-		_, rerr := f.ReadAt(b, 0)
-		hdr, err = unmarshalHeader(b)
-		switch {
-		case rerr != nil:
-			err = fmt.Errorf("%w: %v", ErrForeignFile, rerr)
-		case err != nil:
-		case hdr.buckets != uint64(n):
-			err = fmt.Errorf("%w: %d entries, configured %d", ErrForeignFile, hdr.buckets*slotsPerBucket, n*slotsPerBucket)
-		case hdr.boot != boot:
-			err = fmt.Errorf("%w: written before the last reboot", ErrForeignFile)
-		case fi.Size() != int64(fileHeaderSpan+size):
-			err = fmt.Errorf("%w: %d bytes, want %d", ErrForeignFile, fi.Size(), fileHeaderSpan+size)
-		}
-		if err != nil {
-			info.Refused, info.RefusedAs = err, path+".refused"
-			// Aside, not deleted: an operator may want to look. The
-			// lock stays with the open descriptor, on the renamed file;
-			// the new file gets its own.
-			rnErr := os.Rename(path, info.RefusedAs)
-			f.Close()
-			if rnErr != nil {
-				return nil, info, fmt.Errorf("moving aside %s: %w", path, rnErr)
-			}
-			return openNew(path, n, size, boot, info)
-		}
-		keep = true
-	}
-	if !keep {
+	if fi.Size() == 0 {
 		f.Close()
 		return openNew(path, n, size, boot, info)
+	}
+	b := make([]byte, fileHeaderSize)
+	_, rerr := f.ReadAt(b, 0)
+	hdr, err := unmarshalHeader(b)
+	switch {
+	case rerr != nil:
+		err = fmt.Errorf("%w: %v", ErrForeignFile, rerr)
+	case err == nil:
+		err = hdr.check(fi.Size(), boot)
+	}
+	if err != nil {
+		return refuse(path, f, n, size, boot, info, err)
+	}
+	if !hdr.current(n) {
+		return migrate(path, f, hdr, n, size, boot, now, info)
 	}
 	t, err := mapFile(f, n, size, hdr)
 	if err != nil {
@@ -224,35 +250,25 @@ func Open(path string, capacity int, now int64) (*Table, OpenInfo, error) {
 	return t, info, nil
 }
 
+// refuse moves the file f at path aside, for why, and opens a new one.
+func refuse(path string, f *os.File, n, size int, boot [16]byte, info OpenInfo, why error) (*Table, OpenInfo, error) {
+	info.Refused, info.RefusedAs = why, path+".refused"
+	// Aside, not deleted: an operator may want to look. The lock stays
+	// with the open descriptor, on the renamed file; the new file gets
+	// its own.
+	rnErr := os.Rename(path, info.RefusedAs)
+	f.Close()
+	if rnErr != nil {
+		return nil, info, fmt.Errorf("moving aside %s: %w", path, rnErr)
+	}
+	return openNew(path, n, size, boot, info)
+}
+
 // openNew creates the file at path afresh (empty table, new seed and id).
 func openNew(path string, n, size int, boot [16]byte, info OpenInfo) (*Table, OpenInfo, error) {
 	tmp := path + ".new"
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, hdr, err := create(tmp, n, size, boot, 0)
 	if err != nil {
-		return nil, info, err
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		return nil, info, fmt.Errorf("%s is in use by another process: %w", tmp, err)
-	}
-	var b [56]byte
-	rand.Read(b[:])
-	hdr := fileHeader{layout: fileLayout, slotSize: uint32(unsafe.Sizeof(slot{})), perBucket: slotsPerBucket,
-		clock: fileClockMono, buckets: uint64(n), boot: boot}
-	for i := range hdr.seed {
-		hdr.seed[i] = binary.LittleEndian.Uint64(b[i*8:])
-	}
-	hdr.id = binary.LittleEndian.Uint64(b[48:]) | 1
-	// Every page allocated now: a full tmpfs fails here, not with a
-	// SIGBUS in a worker.
-	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(fileHeaderSpan+size)); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return nil, info, fmt.Errorf("allocating %d MiB for %s: %w", (fileHeaderSpan+size)>>20, path, err)
-	}
-	if _, err := f.WriteAt(hdr.marshal(), 0); err != nil {
-		f.Close()
-		os.Remove(tmp)
 		return nil, info, err
 	}
 	// In place only once complete: a kill before this leaves no half file.
@@ -263,6 +279,43 @@ func openNew(path string, n, size int, boot [16]byte, info OpenInfo) (*Table, Op
 	}
 	t, err := mapFile(f, n, size, hdr)
 	return t, info, err
+}
+
+// create makes the file at tmp, locked, allocated and with the header of
+// an empty table of this binary's layout with n buckets: a new seed, and
+// the table ID id (a new one for 0). On error nothing is left at tmp.
+func create(tmp string, n, size int, boot [16]byte, id uint64) (*os.File, fileHeader, error) {
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fileHeader{}, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fileHeader{}, fmt.Errorf("%s is in use by another process: %w", tmp, err)
+	}
+	var b [56]byte
+	rand.Read(b[:])
+	hdr := fileHeader{layout: fileLayout, slotSize: uint32(unsafe.Sizeof(slot{})), perBucket: slotsPerBucket,
+		clock: fileClockMono, buckets: uint64(n), boot: boot, id: id}
+	for i := range hdr.seed {
+		hdr.seed[i] = binary.LittleEndian.Uint64(b[i*8:])
+	}
+	if hdr.id == 0 {
+		hdr.id = binary.LittleEndian.Uint64(b[48:]) | 1
+	}
+	// Every page allocated now: a full tmpfs fails here, not with a
+	// SIGBUS in a worker.
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(fileHeaderSpan+size)); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, hdr, fmt.Errorf("allocating %d MiB for %s: %w", (fileHeaderSpan+size)>>20, tmp, err)
+	}
+	if _, err := f.WriteAt(hdr.marshal(), 0); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, hdr, err
+	}
+	return f, hdr, nil
 }
 
 // mapFile maps f's buckets shared, advised to use huge pages and

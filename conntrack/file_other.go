@@ -5,14 +5,17 @@ package conntrack
 import "errors"
 
 // ErrForeignFile: see the Linux build.
-var ErrForeignFile = errors.New("not a conntrack table of this layout, size and boot")
+var ErrForeignFile = errors.New("not a conntrack table of a known layout and this boot")
 
 // OpenInfo: see the Linux build.
 type OpenInfo struct {
-	Kept          bool
-	Entries, Torn int
-	Refused       error
-	RefusedAs     string
+	Kept                   bool
+	Migrated               bool
+	FromLayout             uint32
+	FromCapacity           int
+	Entries, Torn, Dropped int
+	Refused                error
+	RefusedAs              string
 }
 
 // Open is Linux only: tables are kept in files on Linux alone.

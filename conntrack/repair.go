@@ -54,3 +54,22 @@ func (t *Table) Reset() {
 		t.stats[i] = stripe{}
 	}
 }
+
+// recount sets the counters to a table filled by Open's migration: the
+// entries stored count as inserts, as repair counts those it finds; what
+// the migration's Upserts counted (evictions of a smaller table, spills)
+// was the move, not traffic. No concurrent use.
+func (t *Table) recount() {
+	for i := range t.stats {
+		t.stats[i] = stripe{}
+	}
+	for bi := range t.buckets {
+		used := 0
+		for i := range slotsPerBucket {
+			if t.buckets[bi].slots[i].hdr.Load()&hdrUsed != 0 {
+				used++
+			}
+		}
+		t.stats[uint64(bi)&uint64(len(t.stats)-1)].inserts.Add(uint64(used))
+	}
+}

@@ -21,10 +21,9 @@ const MaxIdleSec = 86400
 // ErrCapacity is returned by New for a capacity outside [MinCapacity, MaxCapacity].
 var ErrCapacity = errors.New("conntrack: capacity out of range")
 
-const (
-	slotsPerBucket  = 8
-	spinBeforeYield = 64 // retries before a waiter yields the P
-)
+// spinBeforeYield is how many retries a waiter makes before it yields
+// the P. (slotsPerBucket comes with the build's layout: layout_std.go.)
+const spinBeforeYield = 64
 
 // Value is what an entry records.
 type Value struct {

@@ -58,6 +58,10 @@ func (s *stack) openTable() (*conntrack.Table, *controlplane.State, *keeper, err
 	}
 	ct, info, err := conntrack.Open(path, d.ConntrackCapacity, worker.NowMs())
 	if err != nil {
+		if info.Refused != nil {
+			s.log.Warn("conntrack state file refused, moved aside", zap.String("path", path),
+				zap.String("moved_to", info.RefusedAs), zap.NamedError("reason", info.Refused))
+		}
 		return fallback(err)
 	}
 	k := &keeper{dir: d.StateDir, tableID: ct.FileID(), log: s.log}
@@ -65,7 +69,7 @@ func (s *stack) openTable() (*conntrack.Table, *controlplane.State, *keeper, err
 		s.log.Warn("conntrack state file refused, moved aside: starting with an empty table",
 			zap.String("path", path), zap.String("moved_to", info.RefusedAs), zap.Error(info.Refused))
 	}
-	if !info.Kept {
+	if !info.Kept && !info.Migrated {
 		return ct, nil, k, nil
 	}
 	st, err := k.load()
@@ -76,6 +80,15 @@ func (s *stack) openTable() (*conntrack.Table, *controlplane.State, *keeper, err
 		s.log.Warn("conntrack table kept but not the control plane's state: starting with an empty table",
 			zap.String("path", filepath.Join(d.StateDir, stateFile)), zap.Error(err))
 		return ct, nil, k, nil
+	}
+	if info.Migrated {
+		// The table keeps its ID across a migration: the state saved
+		// beside it still names it, and its refs are the entries'.
+		s.log.Info("conntrack table migrated from the previous process's layout", zap.String("path", path),
+			zap.String("from_layout", fmt.Sprintf("%#x", info.FromLayout)), zap.Int("from_capacity", info.FromCapacity),
+			zap.Int("capacity", ct.Capacity()), zap.Int("entries", info.Entries), zap.Int("entries_not_fitting", info.Dropped),
+			zap.Int("torn_slots_skipped", info.Torn), zap.Int("backends", len(st.Backends)))
+		return ct, st, k, nil
 	}
 	s.log.Info("conntrack table kept from the previous process", zap.String("path", path),
 		zap.Int("entries", info.Entries), zap.Int("torn_slots_cleared", info.Torn), zap.Int("backends", len(st.Backends)))
