@@ -57,9 +57,10 @@ func TestOpen_RoundTrip(t *testing.T) {
 	}
 }
 
-// TestOpen_Refused: a file of another magic, layout or capacity, or with a
-// corrupt header, is moved aside and the table starts empty (no error,
-// no panic).
+// TestOpen_Refused: a file of another magic, of a layout this binary
+// does not read, of another boot, or with a corrupt header, is moved aside
+// and the table starts empty (no error, no panic). (Another capacity is
+// migrated: TestOpen_MigratesCapacity.)
 func TestOpen_Refused(t *testing.T) {
 	cases := map[string]struct {
 		edit     func(b []byte)
@@ -68,7 +69,6 @@ func TestOpen_Refused(t *testing.T) {
 		"magic":    {edit: func(b []byte) { copy(b, "notxlb!!") }},
 		"layout":   {edit: func(b []byte) { relayout(b, fileLayout+1) }},
 		"checksum": {edit: func(b []byte) { b[40] ^= 1 }},
-		"capacity": {capacity: 8192},
 		"boot":     {edit: func(b []byte) { b[80] ^= 1; reseal(b) }},
 	}
 	for name, c := range cases {
@@ -281,4 +281,25 @@ func BenchmarkTableFile(b *testing.B) {
 		b.Logf("memory %+v", tb.Memory())
 		return tb
 	})
+}
+
+// TestOpen_RepairLeavesBucketsUnlocked: a bucket left locked by a killed
+// writer, whose slot 0 reach the repair must change, is unlocked after
+// Open (fitting the reach rewrites slot 0's header as a lock holder does,
+// which once left the lock set and every writer of that bucket spinning).
+func TestOpen_RepairLeavesBucketsUnlocked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ct")
+	a, _ := openT(t, path, 1024)
+	b := &a.buckets[0]
+	b.lock()
+	b.setReach(0, slotMask) // no key of home 0 that far: repair lowers it
+	a.unmap()
+
+	tb, _ := openT(t, path, 1024)
+	defer tb.unmap()
+	for bi := range tb.buckets {
+		if h := tb.buckets[bi].slots[0].hdr.Load(); h&lockBit != 0 || bi == 0 && hdrReach(h) != 0 {
+			t.Fatalf("bucket %d after Open: slot 0 header %#x, want unlocked (reach 0)", bi, h)
+		}
+	}
 }

@@ -22,12 +22,12 @@ func migrate(path string, old *os.File, oh fileHeader, n, size int, boot [16]byt
 	tmp := path + ".new"
 	f, hdr, err := create(tmp, n, size, boot, oh.id)
 	if err != nil {
-		return refuse(path, old, n, size, boot, info, fmt.Errorf("%w: cannot migrate its %s: %v", ErrForeignFile, from, err))
+		return refuse(path, old, n, size, boot, info, fmt.Errorf("%w: cannot migrate its %s: %w", ErrForeignFile, from, err))
 	}
 	t, err := mapFile(f, n, size, hdr)
 	if err != nil {
 		os.Remove(tmp)
-		return refuse(path, old, n, size, boot, info, fmt.Errorf("%w: cannot migrate its %s: %v", ErrForeignFile, from, err))
+		return refuse(path, old, n, size, boot, info, fmt.Errorf("%w: cannot migrate its %s: %w", ErrForeignFile, from, err))
 	}
 	live := 0
 	torn, err := readSlots(old, oh, func(k *Key, val uint64, last int64) {
@@ -43,7 +43,7 @@ func migrate(path string, old *os.File, oh fileHeader, n, size int, boot [16]byt
 	if err != nil {
 		t.unmap()
 		os.Remove(tmp)
-		return refuse(path, old, n, size, boot, info, fmt.Errorf("%w: cannot migrate its %s: %v", ErrForeignFile, from, err))
+		return refuse(path, old, n, size, boot, info, fmt.Errorf("%w: cannot migrate its %s: %w", ErrForeignFile, from, err))
 	}
 	// The old file is unlinked by the rename; its lock goes with it.
 	old.Close()

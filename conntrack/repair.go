@@ -17,8 +17,6 @@ func (t *Table) FileID() uint64 { return t.fileID }
 func (t *Table) repair() (torn int) {
 	for bi := range t.buckets {
 		b := &t.buckets[bi]
-		h0 := &b.slots[0].hdr
-		h0.Store(h0.Load() &^ lockBit)
 		used := 0
 		for i := range slotsPerBucket {
 			h := b.slots[i].hdr.Load()
@@ -36,6 +34,10 @@ func (t *Table) repair() (torn int) {
 		for home := range slotsPerBucket {
 			b.fitReach(home)
 		}
+		// Unlocked last: fitReach writes headers as a lock holder does,
+		// and one of slot 0 keeps the lock bit set.
+		h0 := &b.slots[0].hdr
+		h0.Store(h0.Load() &^ lockBit)
 		t.stats[uint64(bi)&uint64(len(t.stats)-1)].inserts.Add(uint64(used))
 	}
 	return torn

@@ -76,3 +76,29 @@ func upBed(t *testing.T, opts testbed.Options) *testbed.Bed {
 	}
 	return testbed.Up(t, opts)
 }
+
+// The xlb of the test-only conntrack layout (tag xlb_ct_layout_alt: four
+// slots per bucket, layout 0x7e570002), with the race detector as xlbBin:
+// built once, by the first test that replaces the binary by one of
+// another table layout.
+var (
+	altOnce sync.Once
+	altErr  error
+	altBin  string
+)
+
+// buildAlt builds the alt-layout xlb if needed and returns its path.
+func buildAlt(t *testing.T) string {
+	t.Helper()
+	altOnce.Do(func() {
+		altBin = filepath.Join(binDir, "xlb-ct-layout-alt")
+		args := []string{"build", "-race", "-tags", "xlb_ct_layout_alt", "-o", altBin, "xlb/cmd/xlb"}
+		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+			altErr = fmt.Errorf("go %v: %v\n%s", args, err, out)
+		}
+	})
+	if altErr != nil {
+		t.Fatal(altErr)
+	}
+	return altBin
+}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"hash/crc32"
 	"net/netip"
@@ -16,198 +17,31 @@ import (
 	"xlb/scripts/testbed"
 )
 
+// The log lines of a start that took the previous process's table over.
+const (
+	tableKept     = `"msg":"conntrack table kept from the previous process"`
+	tableMigrated = `"msg":"conntrack table migrated from the previous process's layout"`
+)
+
 // TestRestart_FlowsSurvive: with dataplane.state_dir, tracked connections
 // survive xlb's restarts on the same host. About 100 kept-alive
-// connections over b1 and b2 (WEIGHTED_MAGLEV, weights 1, 4, 0: not the
-// equal weights a process without state starts with, so that such a
-// restart moves many of them); then b1 and b2 report weight 0 and b3 1,
-// so that every connection sits off Maglev's choice (a new selection
-// sends it to b3, whose kernel resets it). xlb is stopped with SIGTERM and restarted, then killed with
-// SIGKILL and restarted, while every connection asks every 100 ms: each
-// is answered by its own backend across the restart, again at once after
-// it (before the new process's first health round, whose view is the old
-// one's) and once health checks have spoken. Last, a table file of
-// another layout version (a binary of another layout) is refused with a
-// clear log line, moved aside, and xlb starts empty and serves.
+// connections sit off Maglev's choice (offChoiceBed); xlb is stopped with
+// SIGTERM and restarted, then killed with SIGKILL and restarted, while
+// every connection asks every 100 ms: each is answered by its own backend
+// across the restart, again at once after it (before the new process's
+// first health round, whose view is the old one's) and once health checks
+// have spoken. Last, a table file of a layout no binary reads is refused
+// with a clear log line, moved aside, and xlb starts empty and serves.
 func TestRestart_FlowsSurvive(t *testing.T) {
 	t.Parallel()
-	b := upBed(t, testbed.Options{Prefix: "e2erst", Failover: -1, Weights: []int{1, 4, 0}})
-	web := netip.AddrPortFrom(testbed.VIP4, testbed.HTTPPort)
-	cfg := faultConfig(t, b, 2, 2, faultSvc{name: "web", port: web.Port(),
-		primaries: []string{"b1", "b2", "b3"}, keys: `locality_lb_policy = "WEIGHTED_MAGLEV"`})
-	stateDir := t.TempDir()
-	raw, err := os.ReadFile(cfg)
-	must(t, err)
-	text := strings.Replace(string(raw), "[dataplane]\n", fmt.Sprintf("[dataplane]\nstate_dir = %q\n", stateDir), 1)
-	must(t, os.WriteFile(cfg, []byte(text), 0o644))
+	o := upOffChoice(t, "e2erst")
+	o.restart("after SIGTERM and a restart", o.p.stop, xlbBin, tableKept)
+	o.restart("after SIGKILL and a restart", func() { o.p.kill9(t) }, xlbBin, tableKept)
 
-	weightsAre := func(what string, want map[string]uint32) {
-		t.Helper()
-		waitStatus(t, b, what, func(s status) bool {
-			for n, w := range want {
-				be := backendIn(s, "web", n)
-				if be == nil || !be.Healthy || be.Weight != w || be.Eligible != (w > 0) {
-					return false
-				}
-			}
-			return true
-		})
-	}
-	p := startXLB(t, b, cfg)
-	weightsAre("weights 1, 4, 0", map[string]uint32{"b1": 1, "b2": 4, "b3": 0})
-
-	const conns = 100
-	type conn struct {
-		c       *testbed.HTTPConn
-		backend string
-	}
-	var cs []conn
-	per := map[string]int{}
-	for i := range conns {
-		c, err := dialRetry(b, web)
-		if err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
-		t.Cleanup(func() { c.Close() })
-		r, err := c.Get("/", 2*time.Second)
-		if err != nil {
-			t.Fatalf("connection %d: first request: %v", i, err)
-		}
-		cs = append(cs, conn{c, r.Backend})
-		per[r.Backend]++
-	}
-	must(t, b.SetWeight("b3", "1"))
-	must(t, b.SetWeight("b1", "0"))
-	must(t, b.SetWeight("b2", "0"))
-	weightsAre("weights 0, 0, 1", map[string]uint32{"b1": 0, "b2": 0, "b3": 1})
-	if per["b1"] == 0 || per["b2"] == 0 || per["b3"] != 0 {
-		t.Fatalf("connections per backend %v, want some on b1 and b2, none on b3", per)
-	}
-	t.Logf("connections per backend %v: all off Maglev's choice (b3)", per)
-
-	// broken asks on every connection and counts those not answered by
-	// their backend.
-	broken := func(when string) {
-		t.Helper()
-		n := 0
-		for i, c := range cs {
-			got, err := askOn(c.c)
-			if err != nil || got != c.backend {
-				n++
-				if n <= 5 {
-					t.Errorf("%s: connection %d to %s: answered by %q, %v", when, i, c.backend, got, err)
-				}
-			}
-		}
-		if n > 0 {
-			t.Errorf("%s: %d of %d connections broken, want 0", when, n, len(cs))
-		}
-	}
-	broken("before any restart")
-
-	restart := func(how string, stop func()) {
-		t.Helper()
-		old := p
-		// Live traffic across the restart: every connection asks every
-		// 100 ms (a request in the gap is retransmitted by TCP until the
-		// new process forwards it), until each has been answered again
-		// by the new process.
-		var (
-			wg      sync.WaitGroup
-			mu      sync.Mutex
-			failed  []string
-			answers = make([]atomic.Int64, len(cs))
-			halt    = make(chan struct{})
-		)
-		for i := range cs {
-			wg.Go(func() {
-				for {
-					select {
-					case <-halt:
-						return
-					default:
-					}
-					got, err := askOnWithin(cs[i].c, 10*time.Second)
-					if err != nil || got != cs[i].backend {
-						mu.Lock()
-						failed = append(failed, fmt.Sprintf("connection %d to %s: answered by %q, %v", i, cs[i].backend, got, err))
-						mu.Unlock()
-						return
-					}
-					answers[i].Add(1)
-					time.Sleep(100 * time.Millisecond)
-				}
-			})
-		}
-		begin := time.Now()
-		stop()
-		if logHas(old, "saving the control plane's state") {
-			t.Errorf("%s: the previous xlb could not save its state (its log is below)", how)
-			t.Log(old.log.String())
-		}
-		p = startXLB(t, b, cfg)
-		t.Logf("%s: %v from the stop to the new xlb's /healthz", how, time.Since(begin).Round(time.Millisecond))
-		if !logHas(p, `"msg":"conntrack table kept from the previous process"`) {
-			t.Errorf("%s: xlb's log has no line saying the conntrack table was kept", how)
-		}
-		// The previous view, before the health checks have spoken (a
-		// fresh start has every backend unhealthy at weight 1).
-		st := getStatus(t, b)
-		for n, w := range map[string]uint32{"b1": 0, "b2": 0, "b3": 1} {
-			if be := backendIn(st, "web", n); be == nil || !be.Healthy || be.Weight != w {
-				t.Errorf("%s, at once: %s is %+v, want healthy with weight %d as before", how, n, be, w)
-			}
-		}
-		// Every connection answered again, by the new process.
-		base := make([]int64, len(cs))
-		for i := range cs {
-			base[i] = answers[i].Load()
-		}
-		deadline := time.Now().Add(30 * time.Second)
-		waited := 0
-		for waited < len(cs) && time.Now().Before(deadline) {
-			i := waited
-			mu.Lock()
-			n := len(failed)
-			mu.Unlock()
-			if n > 0 || answers[i].Load() > base[i] {
-				waited++
-				continue
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		close(halt)
-		wg.Wait()
-		if waited < len(cs) && len(failed) == 0 {
-			t.Errorf("%s, under live traffic: connection %d not answered by the new xlb within 30s", how, waited)
-		}
-		for i, f := range failed {
-			if i < 5 {
-				t.Errorf("%s, under live traffic: %s", how, f)
-			}
-		}
-		if len(failed) > 0 {
-			t.Errorf("%s, under live traffic: %d of %d connections broken, want 0", how, len(failed), len(cs))
-		}
-		broken(how + ", at once")
-		weightsAre(how+": weights 0, 0, 1 from health checks", map[string]uint32{"b1": 0, "b2": 0, "b3": 1})
-		waitStatus(t, b, how+": a health round", func(s status) bool {
-			for _, hc := range s.Runtime.HealthChecks {
-				if hc.Probes < 2 {
-					return false
-				}
-			}
-			return true
-		})
-		broken(how + ", after health checks")
-	}
-	restart("after SIGTERM and a restart", p.stop)
-	restart("after SIGKILL and a restart", func() { p.kill9(t) })
-
-	// A binary of another layout: its table file is refused, moved
-	// aside, and xlb starts empty and serves.
-	p.stop()
-	path := filepath.Join(stateDir, "conntrack")
+	// A file of an unknown layout (no binary's): refused, moved aside,
+	// and xlb starts empty and serves.
+	o.p.stop()
+	path := filepath.Join(o.stateDir, "conntrack")
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	must(t, err)
 	hdr := make([]byte, 128)
@@ -218,17 +52,259 @@ func TestRestart_FlowsSurvive(t *testing.T) {
 	_, err = f.WriteAt(hdr, 0)
 	must(t, err)
 	must(t, f.Close())
-	p = startXLB(t, b, cfg)
-	if !logHas(p, `"msg":"conntrack state file refused, moved aside: starting with an empty table"`, "layout") {
+	o.p = startXLB(t, o.b, o.cfg)
+	if !logHas(o.p, `"msg":"conntrack state file refused, moved aside: starting with an empty table"`, "layout") {
 		t.Errorf("a table file of another layout: no log line saying it was refused for its layout")
 	}
 	if _, err := os.Stat(path + ".refused"); err != nil {
 		t.Errorf("the refused file was not moved aside: %v", err)
 	}
-	weightsAre("weights 0, 0, 1 after an empty start", map[string]uint32{"b1": 0, "b2": 0, "b3": 1})
-	if c := newConns(t, b, web, 20); c["b3"] != 20 {
+	o.weightsAre("weights 0, 0, 1 after an empty start", map[string]uint32{"b1": 0, "b2": 0, "b3": 1})
+	if c := newConns(t, o.b, o.web, 20); c["b3"] != 20 {
 		t.Errorf("20 new connections after an empty start: %v, want all on b3", c)
 	}
+}
+
+// TestRestart_FlowsSurviveLayoutChange: a binary replaced by one whose
+// conntrack table has another layout keeps every tracked connection, both
+// ways. About 100 kept-alive connections off Maglev's choice
+// (offChoiceBed) on the shipped binary (layout 2, eight slots per
+// bucket); SIGTERM, and the binary built with xlb_ct_layout_alt (a
+// test-only layout, four slots per bucket) starts on the same state_dir:
+// it migrates the table (its log says so, with every entry carried and
+// none left out) and breaks none of them; then SIGTERM and the shipped
+// binary again (a rollback): migrated back, none broken.
+func TestRestart_FlowsSurviveLayoutChange(t *testing.T) {
+	t.Parallel()
+	o := upOffChoice(t, "e2erl")
+	alt := buildAlt(t)
+	o.restart("after an upgrade to another table layout", o.p.stop, alt, tableMigrated)
+	o.migratedAll("the upgrade", "0x2")
+	o.restart("after a rollback to layout 2", o.p.stop, xlbBin, tableMigrated)
+	o.migratedAll("the rollback", "0x7e570002")
+}
+
+// offChoiceBed is a bed with about 100 kept-alive connections that all
+// sit off Maglev's choice: made over b1 and b2 (WEIGHTED_MAGLEV, weights
+// 1, 4, 0: not the equal weights a process without state starts with, so
+// that such a restart moves many of them), then b1 and b2 report weight 0
+// and b3 1, so that a new selection sends every one of them to b3, whose
+// kernel resets it. Only a kept table keeps them.
+type offChoiceBed struct {
+	t        *testing.T
+	b        *testbed.Bed
+	web      netip.AddrPort
+	cfg      string
+	stateDir string
+	p        *xlbProc // the running xlb
+	cs       []offChoiceConn
+}
+
+type offChoiceConn struct {
+	c       *testbed.HTTPConn
+	backend string
+}
+
+func upOffChoice(t *testing.T, prefix string) *offChoiceBed {
+	t.Helper()
+	b := upBed(t, testbed.Options{Prefix: prefix, Failover: -1, Weights: []int{1, 4, 0}})
+	o := &offChoiceBed{t: t, b: b, web: netip.AddrPortFrom(testbed.VIP4, testbed.HTTPPort), stateDir: t.TempDir()}
+	o.cfg = faultConfig(t, b, 2, 2, faultSvc{name: "web", port: o.web.Port(),
+		primaries: []string{"b1", "b2", "b3"}, keys: `locality_lb_policy = "WEIGHTED_MAGLEV"`})
+	raw, err := os.ReadFile(o.cfg)
+	must(t, err)
+	text := strings.Replace(string(raw), "[dataplane]\n", fmt.Sprintf("[dataplane]\nstate_dir = %q\n", o.stateDir), 1)
+	must(t, os.WriteFile(o.cfg, []byte(text), 0o644))
+
+	o.p = startXLB(t, b, o.cfg)
+	o.weightsAre("weights 1, 4, 0", map[string]uint32{"b1": 1, "b2": 4, "b3": 0})
+	const conns = 100
+	per := map[string]int{}
+	for i := range conns {
+		c, err := dialRetry(b, o.web)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		r, err := c.Get("/", 2*time.Second)
+		if err != nil {
+			t.Fatalf("connection %d: first request: %v", i, err)
+		}
+		o.cs = append(o.cs, offChoiceConn{c, r.Backend})
+		per[r.Backend]++
+	}
+	must(t, b.SetWeight("b3", "1"))
+	must(t, b.SetWeight("b1", "0"))
+	must(t, b.SetWeight("b2", "0"))
+	o.weightsAre("weights 0, 0, 1", map[string]uint32{"b1": 0, "b2": 0, "b3": 1})
+	if per["b1"] == 0 || per["b2"] == 0 || per["b3"] != 0 {
+		t.Fatalf("connections per backend %v, want some on b1 and b2, none on b3", per)
+	}
+	t.Logf("connections per backend %v: all off Maglev's choice (b3)", per)
+	o.broken("before any restart")
+	return o
+}
+
+// weightsAre waits until /status shows every backend of want healthy with
+// its weight.
+func (o *offChoiceBed) weightsAre(what string, want map[string]uint32) {
+	o.t.Helper()
+	waitStatus(o.t, o.b, what, func(s status) bool {
+		for n, w := range want {
+			be := backendIn(s, "web", n)
+			if be == nil || !be.Healthy || be.Weight != w || be.Eligible != (w > 0) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// broken asks on every connection and counts those not answered by their
+// backend.
+func (o *offChoiceBed) broken(when string) {
+	o.t.Helper()
+	n := 0
+	for i, c := range o.cs {
+		got, err := askOn(c.c)
+		if err != nil || got != c.backend {
+			n++
+			if n <= 5 {
+				o.t.Errorf("%s: connection %d to %s: answered by %q, %v", when, i, c.backend, got, err)
+			}
+		}
+	}
+	if n > 0 {
+		o.t.Errorf("%s: %d of %d connections broken, want 0", when, n, len(o.cs))
+	}
+}
+
+// restart stops the running xlb with stop and starts bin on the same
+// configuration and state_dir, whose log must have the line took (the
+// table kept or migrated), under live traffic: every connection asks
+// every 100 ms (a request in the gap is retransmitted by TCP until the
+// new process forwards it), until each has been answered again by the new
+// process. None may break, then or after; right after the start /status
+// shows the previous health and weights.
+func (o *offChoiceBed) restart(how string, stop func(), bin, took string) {
+	t := o.t
+	t.Helper()
+	old := o.p
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		failed  []string
+		answers = make([]atomic.Int64, len(o.cs))
+		halt    = make(chan struct{})
+	)
+	for i := range o.cs {
+		wg.Go(func() {
+			for {
+				select {
+				case <-halt:
+					return
+				default:
+				}
+				got, err := askOnWithin(o.cs[i].c, 10*time.Second)
+				if err != nil || got != o.cs[i].backend {
+					mu.Lock()
+					failed = append(failed, fmt.Sprintf("connection %d to %s: answered by %q, %v", i, o.cs[i].backend, got, err))
+					mu.Unlock()
+					return
+				}
+				answers[i].Add(1)
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+	}
+	begin := time.Now()
+	stop()
+	if logHas(old, "saving the control plane's state") {
+		t.Errorf("%s: the previous xlb could not save its state (its log is below)", how)
+		t.Log(old.log.String())
+	}
+	o.p = startXLBWith(t, o.b, o.cfg, bin)
+	t.Logf("%s: %v from the stop to the new xlb's /healthz", how, time.Since(begin).Round(time.Millisecond))
+	if !logHas(o.p, took) {
+		t.Errorf("%s: xlb's log has no line %s", how, took)
+	}
+	// The previous view, before the health checks have spoken (a fresh
+	// start has every backend unhealthy at weight 1).
+	st := getStatus(t, o.b)
+	for n, w := range map[string]uint32{"b1": 0, "b2": 0, "b3": 1} {
+		if be := backendIn(st, "web", n); be == nil || !be.Healthy || be.Weight != w {
+			t.Errorf("%s, at once: %s is %+v, want healthy with weight %d as before", how, n, be, w)
+		}
+	}
+	// Every connection answered again, by the new process.
+	base := make([]int64, len(o.cs))
+	for i := range o.cs {
+		base[i] = answers[i].Load()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	waited := 0
+	for waited < len(o.cs) && time.Now().Before(deadline) {
+		i := waited
+		mu.Lock()
+		n := len(failed)
+		mu.Unlock()
+		if n > 0 || answers[i].Load() > base[i] {
+			waited++
+			continue
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(halt)
+	wg.Wait()
+	if waited < len(o.cs) && len(failed) == 0 {
+		t.Errorf("%s, under live traffic: connection %d not answered by the new xlb within 30s", how, waited)
+	}
+	for i, f := range failed {
+		if i < 5 {
+			t.Errorf("%s, under live traffic: %s", how, f)
+		}
+	}
+	if len(failed) > 0 {
+		t.Errorf("%s, under live traffic: %d of %d connections broken, want 0", how, len(failed), len(o.cs))
+	}
+	o.broken(how + ", at once")
+	o.weightsAre(how+": weights 0, 0, 1 from health checks", map[string]uint32{"b1": 0, "b2": 0, "b3": 1})
+	waitStatus(t, o.b, how+": a health round", func(s status) bool {
+		for _, hc := range s.Runtime.HealthChecks {
+			if hc.Probes < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	o.broken(how + ", after health checks")
+}
+
+// migratedAll checks the running xlb's migration line: from layout from,
+// at least every connection's entry carried, none left out.
+func (o *offChoiceBed) migratedAll(what, from string) {
+	o.t.Helper()
+	for line := range strings.Lines(o.p.log.String()) {
+		if !strings.Contains(line, tableMigrated) {
+			continue
+		}
+		var m struct {
+			From    string `json:"from_layout"`
+			Entries int    `json:"entries"`
+			Left    int    `json:"entries_not_fitting"`
+		}
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			o.t.Errorf("%s: migration log line %q: %v", what, line, err)
+			return
+		}
+		o.t.Logf("%s: migrated from layout %s: %d entries carried, %d did not fit", what, m.From, m.Entries, m.Left)
+		if m.From != from || m.Entries < len(o.cs) || m.Left != 0 {
+			o.t.Errorf("%s: migrated from layout %s with %d entries, %d not fitting; want from %s, at least %d, none",
+				what, m.From, m.Entries, m.Left, from, len(o.cs))
+		}
+		return
+	}
+	o.t.Errorf("%s: no migration line in xlb's log", what)
 }
 
 // askOnWithin is askOn with a timeout of its own.
