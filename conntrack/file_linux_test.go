@@ -26,7 +26,7 @@ func openT(t *testing.T, path string, capacity int) (*Table, OpenInfo) {
 // restart), and the table keeps its seed and id.
 func TestOpen_RoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ct")
-	a, info := openT(t, path, 4096)
+	a, info := openT(t, path, 16384) // 6 % full: no geometry evicts
 	if info.Kept || info.Refused != nil {
 		t.Fatalf("first Open: %+v, want a new table", info)
 	}
@@ -37,7 +37,7 @@ func TestOpen_RoundTrip(t *testing.T) {
 	id := a.FileID()
 	a.unmap()
 
-	b, info := openT(t, path, 4096)
+	b, info := openT(t, path, 16384)
 	defer b.unmap()
 	if !info.Kept || info.Entries != 1000 || info.Torn != 0 {
 		t.Fatalf("second Open: %+v, want kept with 1000 entries", info)

@@ -73,14 +73,22 @@ func migrationValue(i int) (Value, int64) {
 func TestOpen_MigratesLayout(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ct")
 	a, _ := openT(t, path, 4096)
-	const n = 800 // a fifth of the capacity: neither geometry evicts
+	const n = 400 // a tenth: neither geometry evicts but rarely
 	for i := range n {
 		k := key5(i)
 		v, last := migrationValue(i)
 		a.Upsert(&k, v, last)
 	}
-	if a.Len() != n {
-		t.Fatalf("Len %d before the migration, want %d: setup wrong", a.Len(), n)
+	// What the old table holds (four-slot buckets may have evicted a
+	// half-open entry or two).
+	held := make([]bool, n)
+	live := 0
+	for i := range n {
+		k := key5(i)
+		_, held[i] = a.Lookup(&k, 20_000)
+		if held[i] && i != 7 {
+			live++
+		}
 	}
 	expiredKey := key5(n)
 	a.Upsert(&expiredKey, Value{Backend: 1, IdleSec: 1}, 100) // gone at 1100
@@ -99,21 +107,21 @@ func TestOpen_MigratesLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !info.Migrated || info.Kept || info.Refused != nil || info.FromLayout != from ||
-		info.FromCapacity != 4096 || info.Entries != n-1 || info.Torn != 1 || info.Dropped != 0 {
-		t.Fatalf("Open: %+v, want migrated from layout %#x, %d entries, 1 torn, none dropped", info, from, n-1)
+		info.FromCapacity != 4096 || info.Entries != live || info.Torn != 1 || info.Dropped != 0 {
+		t.Fatalf("Open: %+v, want migrated from layout %#x, %d entries, 1 torn, none dropped", info, from, live)
 	}
 	if b.FileID() != id {
 		t.Errorf("FileID %x after migration, want the old table's %x", b.FileID(), id)
 	}
-	if b.Len() != n-1 {
-		t.Errorf("Len %d after migration, want %d", b.Len(), n-1)
+	if b.Len() != live {
+		t.Errorf("Len %d after migration, want %d", b.Len(), live)
 	}
 	for i := range n {
 		k := key5(i)
 		e, ok := b.Lookup(&k, 20_000)
-		if i == 7 {
+		if i == 7 || !held[i] {
 			if ok {
-				t.Errorf("torn key 7 migrated: %+v", e)
+				t.Errorf("key %d migrated, torn or not in the old table: %+v", i, e)
 			}
 			continue
 		}
@@ -132,8 +140,8 @@ func TestOpen_MigratesLayout(t *testing.T) {
 
 	c, info := openT(t, path, 4096)
 	defer c.unmap()
-	if !info.Kept || info.Entries != n-1 || c.FileID() != id {
-		t.Fatalf("Open after the migration: %+v, id %x; want kept with %d entries, id %x", info, c.FileID(), n-1, id)
+	if !info.Kept || info.Entries != live || c.FileID() != id {
+		t.Fatalf("Open after the migration: %+v, id %x; want kept with %d entries, id %x", info, c.FileID(), live, id)
 	}
 }
 
@@ -166,7 +174,7 @@ func TestOpen_MigratesCapacity(t *testing.T) {
 		wantAll     bool
 	}{
 		{"grow", 4096, 65536, 2000, true},
-		{"shrink, fits", 65536, 4096, 500, true}, // an eighth: no geometry evicts
+		{"shrink, fits", 65536, 4096, 300, true}, // 7 %: no geometry evicts
 		{"shrink, overflows", 65536, 1024, 20000, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
