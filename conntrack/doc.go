@@ -37,9 +37,19 @@
 // above. The next process that opens the file with the same geometry on
 // the same boot takes the table over, entries, seed and all: a killed
 // process leaves every entry it stored, but for slots it was inside
-// (odd sequence), which Open clears. A file that does not match is moved
-// aside and a new one made. Last-use times must then be on a clock shared
-// by processes (CLOCK_MONOTONIC).
+// (odd sequence), which Open clears. A file of the same boot whose layout
+// this binary reads but whose layout version, geometry or bucket count
+// differs (another binary, another capacity) is migrated: read with plain
+// reads as its header describes it, every live entry re-inserted into a
+// new file of this binary's layout, which keeps the old table's ID and
+// replaces the old file by rename. Any other file is moved aside and a
+// new one made. Last-use times must be on a clock shared by processes
+// (CLOCK_MONOTONIC).
+//
+// The build tag xlb_ct_layout_alt selects a test-only geometry that never
+// ships: four slots per bucket, file layout 0x7e570002 (layout.go). Each
+// build reads both layouts, so tests can replace a binary by one of
+// another layout and back.
 //
 // A lookup reads its home slot and, while the home's reach says so, the
 // next slots of the probe order; it compares all five key words of each

@@ -23,7 +23,7 @@ func otherLayout() (layout, perBucket uint32) {
 
 // editHeader reads the header of the file at path, lets edit change it,
 // reseals its checksum and writes it back.
-func editHeader(t *testing.T, path string, edit func(h *fileHeader)) {
+func editHeader(t testing.TB, path string, edit func(h *fileHeader)) {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -47,7 +47,7 @@ func editHeader(t *testing.T, path string, edit func(h *fileHeader)) {
 // relabel makes the table file at path one of the other build's layout:
 // the slots are encoded alike in both, so the same bytes read as that
 // layout's table of as many slots in buckets of its size.
-func relabel(t *testing.T, path string) {
+func relabel(t testing.TB, path string) {
 	t.Helper()
 	layout, per := otherLayout()
 	editHeader(t, path, func(h *fileHeader) {
@@ -390,4 +390,65 @@ func TestOpen_MigrationWithoutRoom(t *testing.T) {
 	if info.Refused != nil || info.Kept || info.Migrated {
 		t.Errorf("Open after the refused file was removed: %+v, want a new file", info)
 	}
+}
+
+// BenchmarkOpenMigrate: Open migrating a table file of the other build's
+// layout holding 1M live entries (2M capacity, half full) into this
+// binary's layout, in $XLB_CT_BENCH_DIR (default /dev/shm, tmpfs): what a
+// start after an upgrade that changes the layout adds. Each round opens a
+// fresh copy of the old file (copied outside the timing).
+func BenchmarkOpenMigrate(b *testing.B) {
+	dir := os.Getenv("XLB_CT_BENCH_DIR")
+	if dir == "" {
+		dir = "/dev/shm"
+	}
+	d, err := os.MkdirTemp(dir, "xlb-ct-migrate")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(d) })
+	const capacity, entries = 1 << 21, 1 << 20
+	tmpl := filepath.Join(d, "template")
+	a, _, err := Open(tmpl, capacity, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range entries {
+		k := key5(i)
+		a.Upsert(&k, val(i), entries)
+	}
+	held := a.Len()
+	a.unmap()
+	relabel(b, tmpl)
+	path := filepath.Join(d, "ct")
+	var info OpenInfo
+	for b.Loop() {
+		b.StopTimer()
+		os.Remove(path)
+		if err := copyFile(tmpl, path); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		var tb *Table
+		tb, info, err = Open(path, capacity, entries)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		tb.unmap()
+		b.StartTimer()
+	}
+	if !info.Migrated || info.Entries+info.Dropped != held {
+		b.Fatalf("Open: %+v, want migrated with %d entries", info, held)
+	}
+	b.ReportMetric(float64(info.Entries), "entries")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(info.Entries), "ns/entry")
+}
+
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o600)
 }
