@@ -46,11 +46,14 @@ install: build
 install-check:
 	@./scripts/install-check.sh
 
-# The whole proof: vet, race-checked unit and rule tests, every benchmark
-# once (so none rots), the golden sim scenarios, and short fuzz runs.
+# The whole proof: vet, race-checked unit and rule tests (the table and the
+# data plane also in the test-only conntrack layout, xlb_ct_layout_alt),
+# every benchmark once (so none rots), the golden sim scenarios, and short
+# fuzz runs.
 test: build
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -tags xlb_ct_layout_alt ./conntrack/ ./dataplane/...
 	$(GO) test -run '^$$' -bench . -benchtime=1x $(PKGS)
 	$(MAKE) --no-print-directory fuzz FUZZTIME=100000x
 
@@ -74,6 +77,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./maglev/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./dataplane/packet/
 	$(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./dataplane/
+	$(GO) test -run '^$$' -fuzz '^FuzzOpenHeader$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./conntrack/
 
 # A short lbbench run of each command (the xdp one needs root and says so
 # otherwise); `make lbbench` is the full run with charts in bench-out/;
