@@ -84,7 +84,7 @@ func (s *stack) openTable() (*conntrack.Table, *controlplane.State, *keeper, err
 	if info.Migrated {
 		// The table keeps its ID across a migration: the state saved
 		// beside it still names it, and its refs are the entries'.
-		s.log.Info("conntrack table migrated from the previous process's layout", zap.String("path", path),
+		s.log.Info("conntrack table migrated from the previous process's layout or capacity", zap.String("path", path),
 			zap.String("from_layout", fmt.Sprintf("%#x", info.FromLayout)), zap.Int("from_capacity", info.FromCapacity),
 			zap.Int("capacity", ct.Capacity()), zap.Int("entries", info.Entries), zap.Int("entries_not_fitting", info.Dropped),
 			zap.Int("torn_slots_skipped", info.Torn), zap.Int("backends", len(st.Backends)))

@@ -20,7 +20,7 @@ import (
 // The log lines of a start that took the previous process's table over.
 const (
 	tableKept     = `"msg":"conntrack table kept from the previous process"`
-	tableMigrated = `"msg":"conntrack table migrated from the previous process's layout"`
+	tableMigrated = `"msg":"conntrack table migrated from the previous process's layout or capacity"`
 )
 
 // TestRestart_FlowsSurvive: with dataplane.state_dir, tracked connections
@@ -73,15 +73,27 @@ func TestRestart_FlowsSurvive(t *testing.T) {
 // test-only layout, four slots per bucket) starts on the same state_dir:
 // it migrates the table (its log says so, with every entry carried and
 // none left out) and breaks none of them; then SIGTERM and the shipped
-// binary again (a rollback): migrated back, none broken.
+// binary again (a rollback): migrated back, none broken. Last,
+// conntrack_capacity changed from 65536 to 16384 across a SIGTERM and a
+// restart: migrated by capacity, none broken.
 func TestRestart_FlowsSurviveLayoutChange(t *testing.T) {
 	t.Parallel()
 	o := upOffChoice(t, "e2erl")
 	alt := buildAlt(t)
 	o.restart("after an upgrade to another table layout", o.p.stop, alt, tableMigrated)
-	o.migratedAll("the upgrade", "0x2")
+	o.migratedAll("the upgrade", "0x2", 65536)
 	o.restart("after a rollback to layout 2", o.p.stop, xlbBin, tableMigrated)
-	o.migratedAll("the rollback", "0x7e570002")
+	o.migratedAll("the rollback", "0x7e570002", 65536)
+
+	raw, err := os.ReadFile(o.cfg)
+	must(t, err)
+	text := strings.Replace(string(raw), "conntrack_capacity = 65536\n", "conntrack_capacity = 16384\n", 1)
+	if text == string(raw) {
+		t.Fatal("the configuration has no conntrack_capacity = 65536 to change")
+	}
+	must(t, os.WriteFile(o.cfg, []byte(text), 0o644))
+	o.restart("after conntrack_capacity 65536 -> 16384", o.p.stop, xlbBin, tableMigrated)
+	o.migratedAll("the capacity change", "0x2", 65536)
 }
 
 // offChoiceBed is a bed with about 100 kept-alive connections that all
@@ -280,9 +292,10 @@ func (o *offChoiceBed) restart(how string, stop func(), bin, took string) {
 	o.broken(how + ", after health checks")
 }
 
-// migratedAll checks the running xlb's migration line: from layout from,
-// at least every connection's entry carried, none left out.
-func (o *offChoiceBed) migratedAll(what, from string) {
+// migratedAll checks the running xlb's migration line: from layout from
+// and capacity fromCap, at least every connection's entry carried, none
+// left out.
+func (o *offChoiceBed) migratedAll(what, from string, fromCap int) {
 	o.t.Helper()
 	for line := range strings.Lines(o.p.log.String()) {
 		if !strings.Contains(line, tableMigrated) {
@@ -290,6 +303,7 @@ func (o *offChoiceBed) migratedAll(what, from string) {
 		}
 		var m struct {
 			From    string `json:"from_layout"`
+			FromCap int    `json:"from_capacity"`
 			Entries int    `json:"entries"`
 			Left    int    `json:"entries_not_fitting"`
 		}
@@ -297,10 +311,10 @@ func (o *offChoiceBed) migratedAll(what, from string) {
 			o.t.Errorf("%s: migration log line %q: %v", what, line, err)
 			return
 		}
-		o.t.Logf("%s: migrated from layout %s: %d entries carried, %d did not fit", what, m.From, m.Entries, m.Left)
-		if m.From != from || m.Entries < len(o.cs) || m.Left != 0 {
-			o.t.Errorf("%s: migrated from layout %s with %d entries, %d not fitting; want from %s, at least %d, none",
-				what, m.From, m.Entries, m.Left, from, len(o.cs))
+		o.t.Logf("%s: migrated from layout %s, capacity %d: %d entries carried, %d did not fit", what, m.From, m.FromCap, m.Entries, m.Left)
+		if m.From != from || m.FromCap != fromCap || m.Entries < len(o.cs) || m.Left != 0 {
+			o.t.Errorf("%s: migrated from layout %s, capacity %d, with %d entries, %d not fitting; want from %s, %d, at least %d, none",
+				what, m.From, m.FromCap, m.Entries, m.Left, from, fromCap, len(o.cs))
 		}
 		return
 	}
