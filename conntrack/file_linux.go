@@ -123,7 +123,8 @@ func (h *fileHeader) check(size int64, boot [16]byte) error {
 		return fmt.Errorf("%w: slot size %d, layout %d has %d", ErrForeignFile, h.slotSize, h.layout, fileSlotSize)
 	case h.perBucket == 0 || h.perBucket > maxFilePerBucket || h.perBucket&(h.perBucket-1) != 0:
 		return fmt.Errorf("%w: %d slots per bucket", ErrForeignFile, h.perBucket)
-	case h.buckets == 0 || h.buckets&(h.buckets-1) != 0 || h.buckets*uint64(h.perBucket) > MaxCapacity:
+	case h.buckets == 0 || h.buckets&(h.buckets-1) != 0 || h.buckets > MaxCapacity ||
+		h.buckets*uint64(h.perBucket) > MaxCapacity: // no overflow: both bounded first
 		return fmt.Errorf("%w: %d buckets of %d slots", ErrForeignFile, h.buckets, h.perBucket)
 	}
 	// Bounded above: at most MaxCapacity slots of 64 bytes.

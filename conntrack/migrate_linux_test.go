@@ -287,6 +287,22 @@ func TestOpen_HostileHeaders(t *testing.T) {
 			}
 		})
 	}
+	// 2^58 buckets of 64 slots of 64 bytes: a size that wraps to 0 in 64
+	// bits, in a file of just the header span.
+	t.Run("overflowing product, file of its wrapped size", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "ct")
+		a, _ := openT(t, path, capacity)
+		a.unmap()
+		editHeader(t, path, func(h *fileHeader) { h.buckets, h.perBucket = 1<<58, 64 })
+		if err := os.Truncate(path, fileHeaderSpan); err != nil {
+			t.Fatal(err)
+		}
+		b, info := openT(t, path, capacity)
+		defer b.unmap()
+		if info.Migrated || !errors.Is(info.Refused, ErrForeignFile) {
+			t.Fatalf("Open: %+v, want refused", info)
+		}
+	})
 	t.Run("truncated", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "ct")
 		a, _ := openT(t, path, capacity)
