@@ -56,8 +56,8 @@ func relabel(t testing.TB, path string) {
 	})
 }
 
-// migrationEntries is what the migration tests store: values with and
-// without the half-open mark, distinct last uses.
+// migrationValue is what the migration tests store for key i: values
+// with and without the half-open mark, distinct last uses.
 func migrationValue(i int) (Value, int64) {
 	v := val(i)
 	v.HalfOpen = i%3 == 0
@@ -362,9 +362,10 @@ func FuzzOpenHeader(f *testing.F) {
 }
 
 // TestOpen_MigrationWithoutRoom: when the file system cannot hold the old
-// file and the new one together (a tmpfs of 5 MiB for two files of 2 MiB
-// + 256 KiB... and a third), the old file is refused, moved aside, and
-// Open reports it; nothing is left half made.
+// file and the new one together (a 3 MiB tmpfs: the old file, 2 MiB of
+// header span and 256 KiB of buckets, fits; a second does not), the old
+// file is refused for lack of room, moved aside, and Open reports it;
+// nothing is left half made.
 func TestOpen_MigrationWithoutRoom(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount a tmpfs of a given size; CI runs as root")
