@@ -23,7 +23,9 @@ a virtual clock: one JSON line per packet, or a table with --summary.`,
 
 Shows why a packet goes where it goes: the forwarding rule, the selection
 and tracking keys, step 1 (CT1-CT4), the eligible set and why (E1-E4), the
-Maglev slot and the backend. TCP and UDP need --sport and --dport.`,
+Maglev slot and the backend. TCP and UDP need --sport and --dport.
+--previous OLD explains as just after a reload from OLD to FILE: a rule
+the reload removed drains (M5), and the report says so.`,
 	"run": `xlb run -c FILE [--log-level L] [--log-format F] [--pidfile F]
 
 The appliance: XDP and AF_XDP on dataplane.interface (root). SIGTERM or

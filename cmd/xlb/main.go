@@ -208,6 +208,7 @@ func cmdExplain(args []string, stdout io.Writer) error {
 	fs.UintVar(&a.InnerDport, "inner-dport", 0, "quoted packet: destination port")
 	fs.StringVar(&a.Unhealthy, "unhealthy", "", "comma-separated backends to assume unhealthy")
 	fs.StringVar(&a.Weights, "weights", "", "comma-separated name=weight reports to assume")
+	previous := fs.String("previous", "", "the configuration before a reload to FILE: explain as just after it (removed rules drain)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -228,6 +229,11 @@ func cmdExplain(args []string, stdout io.Writer) error {
 		return err
 	}
 	req, err := a.Request()
+	if err == nil && *previous != "" {
+		if req.Previous, err = config.Load(*previous); err != nil {
+			return fmt.Errorf("--previous: %w", err)
+		}
+	}
 	var rep *explain.Report
 	if err == nil {
 		rep, err = explain.Explain(cfg, req)

@@ -152,7 +152,8 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.waitRoutes(t, map[string]string{})
-	for _, prefix := range []string{"203.0.113.10/32", "2001:db8::10/128"} {
+	prefixes := []string{"203.0.113.10/32", "2001:db8::10/128"}
+	sequence := func(prefix string) []string {
 		var seq []string
 		for _, u := range p.seen() {
 			if u.prefix != prefix {
@@ -169,7 +170,24 @@ func TestGracefulShutdown(t *testing.T) {
 				seq = append(seq, fmt.Sprint(u))
 			}
 		}
-		if got := strings.Join(seq, " "); got != "announce gshut withdraw" {
+		return seq
+	}
+	// GoBGP hands the watch its events through a queue of its own, after
+	// the table changed: an empty table does not mean the watch has seen
+	// the withdrawals yet. Wait for them, then check what came before.
+	eventually(t, "the withdrawals at the watch", func() (bool, string) {
+		var saw []string
+		for _, prefix := range prefixes {
+			seq := sequence(prefix)
+			if !slices.Contains(seq, "withdraw") {
+				return false, fmt.Sprint(prefix, ": ", seq)
+			}
+			saw = append(saw, fmt.Sprint(seq))
+		}
+		return true, fmt.Sprint(saw)
+	})
+	for _, prefix := range prefixes {
+		if got := strings.Join(sequence(prefix), " "); got != "announce gshut withdraw" {
 			t.Errorf("%s: the router saw %q, want %q", prefix, got, "announce gshut withdraw")
 		}
 	}

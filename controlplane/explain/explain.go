@@ -5,9 +5,11 @@ package explain
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"xlb/config"
 	"xlb/conntrack"
@@ -25,6 +27,12 @@ type Request struct {
 	// weights (name -> 0..1000). Every other backend is healthy at 1000.
 	Unhealthy []string
 	Weights   map[string]uint32
+	// Previous is the configuration the running xlb had before it reloaded
+	// the one explained (nil: no reload). The packet is decided as just
+	// after that reload: a forwarding rule Previous has and the new one
+	// lacks drains for its service's connection_draining_timeout_sec
+	// (M5).
+	Previous *config.Config
 }
 
 // Member is one backend in the report.
@@ -70,41 +78,94 @@ type Report struct {
 	Backend    string  `json:"backend,omitempty"`
 	BackendIP  string  `json:"backend_ip,omitempty"`
 	Method     string  `json:"forwarding_method,omitempty"`
+
+	// Draining: the rule is one the reload removed, still draining (M5).
+	// TrackedBackend is where a flow tracked before the reload goes: the
+	// backend the previous configuration selects for the packet.
+	Draining       string `json:"draining,omitempty"`
+	TrackedBackend string `json:"tracked_backend,omitempty"`
 }
 
-// Explain decides req.Packet under cfg with a fresh tracking table.
+// Explain decides req.Packet under cfg with a fresh tracking table (just
+// after the reload from req.Previous, when given).
 func Explain(cfg *config.Config, req *Request) (*Report, error) {
-	frame, err := craft.Build(&req.Packet)
+	snap, d, err := decide(cfg, req.Previous, req, false)
 	if err != nil {
 		return nil, err
+	}
+	r := report(snap, &req.Packet, &d)
+	if req.Previous == nil {
+		return r, nil
+	}
+	// What the previous configuration did with the packet: where a flow
+	// it tracked goes, or which rule the reload removed without a drain.
+	// The assumed state names backends of the new configuration; those
+	// the previous one lacks are left out there.
+	psnap, pd, err := decide(req.Previous, nil, req, true)
+	if err != nil {
+		return nil, fmt.Errorf("the previous configuration: %w", err)
+	}
+	switch {
+	case d.Draining:
+		if pd.Verdict == dataplane.VerdictForward && pd.Backend != nil {
+			r.TrackedBackend = pd.Backend.Name
+			r.Why += fmt.Sprintf(" (here %s, as the previous configuration selects it)", pd.Backend.Name)
+		}
+	case d.Rule == nil && pd.Rule != nil:
+		r.Why += fmt.Sprintf("; before the reload, rule %s (%s) took it: the reload removed it", pd.Rule.Name, ruleText(pd.Rule))
+		if svc := psnap.Service(pd.Rule.Service); svc != nil && svc.DrainingTimeoutMs == 0 {
+			r.Why += fmt.Sprintf(" with no drain (connection_draining_timeout_sec of %s is 0, M5)", svc.Name)
+		}
+	}
+	return r, nil
+}
+
+// decide runs the packet through a control plane of cfg (reloaded from
+// prev when not nil) in req's assumed state, at time 0, with an empty
+// tracking table. lenient skips assumed states of backends cfg lacks.
+func decide(cfg, prev *config.Config, req *Request, lenient bool) (*dataplane.Snapshot, dataplane.Decision, error) {
+	var d dataplane.Decision
+	frame, err := craft.Build(&req.Packet)
+	if err != nil {
+		return nil, d, err
 	}
 	ct, err := conntrack.New(1024)
 	if err != nil {
-		return nil, err
+		return nil, d, err
 	}
 	eng := dataplane.NewEngine(ct)
 	eng.SetFloodLimits(dataplane.FloodLimitsOf(&cfg.Dataplane))
-	cp, err := controlplane.New(cfg, eng, controlplane.Options{
+	first := cfg
+	if prev != nil {
+		first = prev
+	}
+	cp, err := controlplane.New(first, eng, controlplane.Options{
 		Local: sim.SimLocal(), InitialHealthy: true, InitialWeight: 1000,
 	}, 0)
 	if err != nil {
-		return nil, err
+		return nil, d, err
 	}
+	if prev != nil {
+		if _, err := cp.Apply(cfg, 0); err != nil {
+			return nil, d, fmt.Errorf("reloading from the previous configuration: %w", err)
+		}
+	}
+	skip := func(err error) bool { return lenient && errors.Is(err, controlplane.ErrUnknownBackend) }
 	for _, n := range req.Unhealthy {
-		if err := cp.SetHealth(n, false, 0); err != nil {
-			return nil, err
+		if err := cp.SetHealth(n, false, 0); err != nil && !skip(err) {
+			return nil, d, err
 		}
 	}
 	for n, w := range req.Weights {
-		if err := cp.SetWeight(n, w, controlplane.WeightValid, 0); err != nil {
-			return nil, err
+		if err := cp.SetWeight(n, w, controlplane.WeightValid, 0); err != nil && !skip(err) {
+			return nil, d, err
 		}
 	}
 	buf := make([]byte, dataplane.Headroom+len(frame)+64)
 	copy(buf[dataplane.Headroom:], frame)
 	f := dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(frame)}
-	d := eng.NewDecider().Decide(&f, 0)
-	return report(cp.Snapshot(), &req.Packet, &d), nil
+	d = eng.NewDecider().Decide(&f, 0)
+	return cp.Snapshot(), d, nil
 }
 
 func describe(p *craft.Packet) string {
@@ -211,6 +272,10 @@ func report(snap *dataplane.Snapshot, p *craft.Packet, d *dataplane.Decision) *R
 		r.TrackingKey = keyText(d.TrackKey.Kind, fl)
 	}
 	r.Track = d.Track.String()
+	records := " (R1 records it)"
+	if d.Draining {
+		records = ""
+	}
 	switch {
 	case !d.Trackable:
 		r.Step1 = "CT3: not trackable under T1 (protocol/affinity); straight to selection, no entry"
@@ -225,9 +290,14 @@ func report(snap *dataplane.Snapshot, p *craft.Packet, d *dataplane.Decision) *R
 	case fl.SYN && (svc.Affinity == config.AffinityNone || svc.Affinity == config.AffinityClientIPPortProto):
 		r.Step1 = "CT2: SYN with PER_SESSION and a 5-tuple affinity is a new connection"
 	case fl.SYN:
-		r.Step1 = "CT2: SYN with PER_SESSION and " + svc.Affinity.String() + " affinity is looked up like any other packet (CT4); no entry for the tracking key; new connection (R1 records it)"
+		r.Step1 = "CT2: SYN with PER_SESSION and " + svc.Affinity.String() + " affinity is looked up like any other packet (CT4); no entry for the tracking key; new connection" + records
 	default:
-		r.Step1 = "CT4: no entry for the tracking key; new connection (R1 records it)"
+		r.Step1 = "CT4: no entry for the tracking key; new connection" + records
+	}
+	if d.Draining {
+		r.Step1 += "; the rule drains (M5): nothing new starts on it, no entry is recorded"
+		r.Draining = fmt.Sprintf("removed by the reload; drains for %v (connection_draining_timeout_sec of %s)",
+			time.Duration(d.Rule.DrainUntil)*time.Millisecond, svc.Name)
 	}
 	if len(svc.Eligible) > 0 {
 		// E5: the side is its members' role. An empty set has none (the
@@ -251,7 +321,7 @@ func report(snap *dataplane.Snapshot, p *craft.Packet, d *dataplane.Decision) *R
 		r.Members = append(r.Members, Member{Name: b.Name, IP: b.IP.String(), Group: b.Group,
 			Failover: b.Failover, Healthy: b.Healthy, Weight: b.Weight, Eligible: elig[ref]})
 	}
-	if d.Track != dataplane.TrackHit && len(svc.Table) > 0 {
+	if d.Track != dataplane.TrackHit && !d.Draining && len(svc.Table) > 0 {
 		slot := d.TableSlot
 		r.MaglevSlot = &slot
 		r.MaglevSize = len(svc.Table)
@@ -263,9 +333,13 @@ func report(snap *dataplane.Snapshot, p *craft.Packet, d *dataplane.Decision) *R
 	case dataplane.VerdictForward:
 		r.Why = fmt.Sprintf("forward to %s via %s", r.Backend, r.Method)
 	case dataplane.VerdictDrop:
-		if d.Reason == dataplane.ReasonNoEligibleBackend {
+		switch d.Reason {
+		case dataplane.ReasonNoEligibleBackend:
 			r.Why = "S6: the eligible set is empty; counted and dropped"
-		} else {
+		case dataplane.ReasonVIPDraining:
+			r.Why = "M5: the reload removed this rule, which drains: a new flow, or one without a tracking entry, " +
+				"is counted and dropped (vip-draining); a flow tracked before the reload is still forwarded to its backend while that stays valid"
+		default:
 			r.Why = "dropped: " + d.Reason.String()
 		}
 	}
@@ -281,6 +355,7 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	line("packet", r.Packet)
 	line("rule", strings.TrimSpace(r.Rule+"  "+r.RuleDetail))
+	line("draining", r.Draining)
 	if r.Service != "" {
 		line("service", fmt.Sprintf("%s (affinity %s, tracking %s, %s)", r.Service, r.Affinity, r.Tracking, r.Method))
 	}
@@ -324,6 +399,9 @@ func (r *Report) WriteText(w io.Writer) {
 		line("maglev", fmt.Sprintf("slot %d of %d -> %s", *r.MaglevSlot, r.MaglevSize, r.Backend))
 	}
 	line("verdict", strings.TrimSpace(r.Verdict+" "+r.Reason))
+	if r.TrackedBackend != "" {
+		line("tracked flow", "forward to "+r.TrackedBackend+" (a flow tracked before the reload keeps its backend)")
+	}
 	line("why", r.Why)
 }
 

@@ -225,9 +225,9 @@ func requireAgrees(tb testing.TB, rep *explain.Report, res *cptest.Result, snap 
 		}
 	}
 	// S1: the slot is the selection hash modulo the table size, and the
-	// table entry there names the backend.
+	// table entry there names the backend. A draining rule selects nothing.
 	table := res.Service.Table
-	if len(table) == 0 {
+	if len(table) == 0 || res.Draining {
 		if rep.MaglevSlot != nil {
 			tb.Errorf("maglev slot %d reported without a table", *rep.MaglevSlot)
 		}
@@ -578,4 +578,122 @@ func textFields(tb testing.TB, text string) map[string]string {
 		}
 	}
 	return fields
+}
+
+// drainConfig is webConfig's service with connection_draining_timeout_sec
+// drainSec and the named ones of its rules and of a third, "dns" (TCP 53),
+// on the VIP of rule "web".
+func drainConfig(drainSec int, rules ...string) string {
+	const dns = `
+[[forwarding_rule]]
+name = "dns"
+ip_address = "203.0.113.10"
+ip_protocol = "TCP"
+ports = ["53"]
+backend_service = "web"
+`
+	head, tail, _ := strings.Cut(webConfig+dns, "\n[[forwarding_rule]]")
+	head = strings.Replace(head, `health_checks = ["hc"]`, fmt.Sprintf("health_checks = [\"hc\"]\nconnection_draining_timeout_sec = %d", drainSec), 1)
+	var b strings.Builder
+	b.WriteString(head)
+	for _, r := range strings.Split("\n[[forwarding_rule]]"+tail, "\n[[forwarding_rule]]")[1:] {
+		for _, name := range rules {
+			if strings.Contains(r, fmt.Sprintf("name = %q", name)) {
+				b.WriteString("\n[[forwarding_rule]]" + r)
+			}
+		}
+	}
+	return b.String()
+}
+
+// TestX4M5_ExplainDrainingRule: explained as just after a reload from a
+// previous configuration, a packet that only a rule the reload removed
+// matches is reported as draining (M5): a new flow drops vip-draining, as
+// the engine does, and a flow tracked before the reload goes on to the
+// backend it has (the rig's, tracked across the same reload). With a
+// timeout of 0 the report names the rule the reload removed without a
+// drain: FR1 when its VIP went with it, FR4 when the VIP stays.
+func TestX4M5_ExplainDrainingRule(t *testing.T) {
+	for _, tc := range []struct {
+		name, removed string
+		p             craft.Packet
+		// Without a drain: the verdict, its reason and the FR rule.
+		verdict, reason, fr string
+	}{
+		{"VIP removed", "admin", cptest.TCP("192.0.2.7", "203.0.113.11", 40000, 22, "S"), "pass", "", "FR1:"},
+		{"one rule of the VIP removed", "web", cptest.TCP(client, vip, 40000, 443, "S"), "drop", "no-rule", "FR4:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			all := []string{"web", "admin", "dns"}
+			kept := slices.DeleteFunc(slices.Clone(all), func(r string) bool { return r == tc.removed })
+			before, after := drainConfig(30, all...), drainConfig(30, kept...)
+			rep, err := explain.Explain(cptest.Config(t, after), &explain.Request{Packet: tc.p, Previous: cptest.Config(t, before)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The engine across the same reload: a flow started before it
+			// and a new one after it.
+			rig := cptest.New(t, before)
+			old := rig.Send(tc.p)
+			rig.Reload(after)
+			ack := tc.p
+			ack.Flags = "A"
+			tracked := rig.Send(ack)
+			syn := tc.p
+			syn.SrcPort++
+			fresh := rig.Send(syn)
+			if old.Verdict != dataplane.VerdictForward || tracked.Track != dataplane.TrackHit || tracked.BackendName() != old.BackendName() {
+				t.Fatalf("rig: before the reload %v to %q; tracked flow after it %v %v to %q", old.Verdict, old.BackendName(), tracked.Track, tracked.Verdict, tracked.BackendName())
+			}
+			if !fresh.Draining || fresh.Reason != dataplane.ReasonVIPDraining {
+				t.Fatalf("rig: new flow after the reload %v %v (draining %v), want drop vip-draining", fresh.Verdict, fresh.Reason, fresh.Draining)
+			}
+			// The same packet as the report's, in a rig reloaded alike.
+			same := cptest.New(t, before)
+			same.Reload(after)
+			requireAgrees(t, rep, same.Send(tc.p), same.CP.Snapshot())
+
+			if rep.Verdict != "drop" || rep.Reason != "vip-draining" || rep.Rule != tc.removed {
+				t.Errorf("verdict %q reason %q rule %q, want drop vip-draining %s", rep.Verdict, rep.Reason, rep.Rule, tc.removed)
+			}
+			if !strings.Contains(rep.Draining, "removed by the reload") || !strings.Contains(rep.Draining, "30s") {
+				t.Errorf("draining = %q, want the removal and its 30s", rep.Draining)
+			}
+			if rep.TrackedBackend != old.BackendName() {
+				t.Errorf("tracked_backend = %q, the rig's tracked flow goes to %q", rep.TrackedBackend, old.BackendName())
+			}
+			if !strings.HasPrefix(rep.Why, "M5:") || !strings.Contains(rep.Why, "vip-draining") || !strings.Contains(rep.Why, "still forwarded") {
+				t.Errorf("why = %q, want M5, vip-draining and the tracked flow forwarded", rep.Why)
+			}
+			if strings.Contains(rep.Step1, "R1 records it") || !strings.Contains(rep.Step1, "drains") {
+				t.Errorf("step1 = %q: a draining rule records nothing", rep.Step1)
+			}
+			var buf bytes.Buffer
+			rep.WriteText(&buf)
+			f := textFields(t, buf.String())
+			if f["draining"] != rep.Draining || f["verdict"] != "drop vip-draining" || !strings.HasPrefix(f["tracked flow"], "forward to "+old.BackendName()) {
+				t.Errorf("text:\n%s", buf.String())
+			}
+
+			// Without Previous the file alone says nothing of a drain.
+			plain, err := explain.Explain(cptest.Config(t, after), &explain.Request{Packet: tc.p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plain.Verdict != tc.verdict || plain.Reason != tc.reason || plain.Draining != "" || plain.TrackedBackend != "" {
+				t.Errorf("without Previous: %q %q draining %q tracked %q, want %s %q", plain.Verdict, plain.Reason, plain.Draining, plain.TrackedBackend, tc.verdict, tc.reason)
+			}
+
+			// Timeout 0: the rule goes at once, and the report says so.
+			rep0, err := explain.Explain(cptest.Config(t, drainConfig(0, kept...)),
+				&explain.Request{Packet: tc.p, Previous: cptest.Config(t, drainConfig(0, all...))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep0.Verdict != tc.verdict || rep0.Reason != tc.reason || rep0.Draining != "" || !strings.HasPrefix(rep0.Why, tc.fr) ||
+				!strings.Contains(rep0.Why, "rule "+tc.removed) || !strings.Contains(rep0.Why, "no drain") {
+				t.Errorf("timeout 0: %q %q draining %q why %q, want %s %q, %s naming the removed rule without a drain", rep0.Verdict, rep0.Reason, rep0.Draining, rep0.Why, tc.verdict, tc.reason, tc.fr)
+			}
+		})
+	}
 }

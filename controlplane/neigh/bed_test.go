@@ -127,7 +127,7 @@ func (b *bed) setup(t *testing.T, h *netlink.Handle, ns netns.NsHandle, name str
 // answer.
 func (b *bed) waitReady(t *testing.T, h *netlink.Handle, name string) {
 	t.Helper()
-	eventually(t, 5*time.Second, name+" not ready", func() bool {
+	eventually(t, patience, name+" not ready", func() bool {
 		link, err := h.LinkByName(name)
 		if err != nil || link.Attrs().OperState != netlink.OperUp {
 			return false
@@ -214,6 +214,12 @@ func (b *bed) addrs() []netip.Addr {
 	}
 	return []netip.Addr{b.b4}
 }
+
+// patience bounds every wait for something the kernel or the resolver's
+// goroutine will do: generous, so that a loaded machine and -race only
+// make the tests slower. Tests whose point is that a change is seen
+// before the periodic re-read set RefreshInterval far beyond it (an hour).
+const patience = 30 * time.Second
 
 // eventually polls cond until it holds or d passes.
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {

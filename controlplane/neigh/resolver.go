@@ -156,7 +156,8 @@ func NewWithOptions(ifname string, opts Options) (*Resolver, error) {
 }
 
 // Close stops following and releases the netlink sockets. Lookups keep
-// answering the last state.
+// answering the last state. The netlink library closes the subscriptions'
+// sockets from its own goroutines: they may outlive Close by a moment.
 func (r *Resolver) Close() error {
 	r.closeOnce.Do(func() {
 		close(r.done)
