@@ -67,6 +67,29 @@ func build() error {
 	return os.Setenv("TB_TCP_PORTS", tcpPorts)
 }
 
+// A plain build of cmd/xlb, without the race detector, for a test that
+// measures the rate xlb's workers keep up with (the detector slows them
+// several times over); built once, by the first test that asks.
+var (
+	plainOnce sync.Once
+	plainErr  error
+	plainBin  string
+)
+
+func plainXLB(t *testing.T) string {
+	t.Helper()
+	plainOnce.Do(func() {
+		plainBin = filepath.Join(binDir, "xlb-plain")
+		if out, err := exec.Command("go", "build", "-o", plainBin, "xlb/cmd/xlb").CombinedOutput(); err != nil {
+			plainErr = fmt.Errorf("go build xlb/cmd/xlb: %v\n%s", err, out)
+		}
+	})
+	if plainErr != nil {
+		t.Fatal(plainErr)
+	}
+	return plainBin
+}
+
 // upBed builds the binaries if needed and brings a bed up for t.
 func upBed(t *testing.T, opts testbed.Options) *testbed.Bed {
 	t.Helper()

@@ -46,8 +46,14 @@ type xlbProc struct {
 // end of the test is killed, and a failed test gets xlb's log.
 func startXLB(t *testing.T, b *testbed.Bed, cfg string) *xlbProc {
 	t.Helper()
+	return startXLBBin(t, b, xlbBin, cfg)
+}
+
+// startXLBBin is startXLB with another build of xlb: bin.
+func startXLBBin(t *testing.T, b *testbed.Bed, bin, cfg string) *xlbProc {
+	t.Helper()
 	p := &xlbProc{bed: b, log: &syncbuf.Buffer{}, exited: make(chan struct{}),
-		cmd: exec.Command("ip", "netns", "exec", b.LB.NS, xlbBin, "run", "-c", cfg)}
+		cmd: exec.Command("ip", "netns", "exec", b.LB.NS, bin, "run", "-c", cfg)}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("starting xlb: %v", err)
