@@ -90,8 +90,15 @@ func TestFlood_EstablishedSurviveSYNFlood(t *testing.T) {
 		broken   = map[int]string{}
 		asked    int
 		late     int
-		lat      [][2]time.Duration // per round: the mean and the slowest answer
 		roundNum int
+		phase    int // of the rounds: latencies are summed per phase
+		lat      [4]latency
+	)
+	const (
+		beforeFlood = iota
+		underFlood  // b1 healthy
+		b1Unhealthy // under the flood
+		afterFlood
 	)
 	fail := func(i int, e *floodConn, got string, err error) {
 		mu.Lock()
@@ -100,8 +107,6 @@ func TestFlood_EstablishedSurviveSYNFlood(t *testing.T) {
 		t.Errorf("round %d: connection %d to %s: answered by %q, %v", roundNum, i, e.backend, got, err)
 	}
 	round := func() {
-		var total, worst time.Duration
-		answered := 0
 		jobs := make(chan int)
 		var wg sync.WaitGroup
 		for range askers {
@@ -124,7 +129,7 @@ func TestFlood_EstablishedSurviveSYNFlood(t *testing.T) {
 						fail(i, e, got, err)
 					default:
 						mu.Lock()
-						total, worst, answered = total+d, max(worst, d), answered+1
+						lat[phase].add(d)
 						mu.Unlock()
 					}
 				}
@@ -142,9 +147,9 @@ func TestFlood_EstablishedSurviveSYNFlood(t *testing.T) {
 		}
 		close(jobs)
 		wg.Wait()
-		lat = append(lat, [2]time.Duration{total / time.Duration(max(answered, 1)), worst})
 		roundNum++
 	}
+	phase = beforeFlood
 	round()
 
 	// The flood, from every CPU: as fast as the kernel takes the frames.
@@ -195,6 +200,7 @@ func TestFlood_EstablishedSurviveSYNFlood(t *testing.T) {
 	})
 
 	time.Sleep(2 * time.Second) // the table is full of the flood's entries
+	phase = underFlood
 	round()
 	sick := time.Now()
 	must(t, b.SetHealthy("b1", false))
@@ -203,6 +209,7 @@ func TestFlood_EstablishedSurviveSYNFlood(t *testing.T) {
 	// Two rounds with b1 unhealthy, and more while the flood has run less
 	// than twice the half-open timeout (5 s): its entries are then both
 	// evicted and expired under the established ones.
+	phase = b1Unhealthy
 	round()
 	for round(); time.Since(start) < 10*time.Second; {
 		round()
@@ -228,6 +235,7 @@ func TestFlood_EstablishedSurviveSYNFlood(t *testing.T) {
 		e.pending = false
 		late++
 	}
+	phase = afterFlood
 	round()
 	s := getStatus(t, b)
 
@@ -248,20 +256,8 @@ func TestFlood_EstablishedSurviveSYNFlood(t *testing.T) {
 	}
 	t.Logf("%d established connections (%d on b1, unhealthy after the first round under the flood: %v), %d requests in %d rounds: %d broken, %d answered only after the flood",
 		conns, onB1, healthyIn(s, "b1", false), asked, roundNum, len(broken), late)
-	var lr []string
-	for i, l := range lat {
-		n := "under it, b1 unhealthy"
-		switch i {
-		case 0:
-			n = "before the flood"
-		case 1:
-			n = "under it"
-		case len(lat) - 1:
-			n = "after it"
-		}
-		lr = append(lr, fmt.Sprintf("%s %v / %v", n, l[0].Round(10*time.Microsecond), l[1].Round(10*time.Microsecond)))
-	}
-	t.Logf("request latency per round, mean / slowest: %s", strings.Join(lr, "; "))
+	t.Logf("request latency, mean / slowest / share over 200 ms (waited for a retransmission): before the flood %v; under it, b1 healthy %v; under it, b1 unhealthy %v; after it %v",
+		lat[beforeFlood], lat[underFlood], lat[b1Unhealthy], lat[afterFlood])
 	t.Logf("table of %d: evicted %.0f half-open, %.0f established; spills %.0f, moves %.0f; entries now %.0f",
 		capacity, d(`xlb_conntrack_evicted_entries_total{state="half_open"}`), d(`xlb_conntrack_evicted_entries_total{state="established"}`),
 		d("xlb_conntrack_spills_total"), d("xlb_conntrack_moves_total"), after.m["xlb_conntrack_entries"])
@@ -280,6 +276,26 @@ func TestFlood_EstablishedSurviveSYNFlood(t *testing.T) {
 	if len(flapped) != 0 {
 		t.Errorf("healthy backends seen unhealthy under the flood (samples of /status, every 100 ms): %v", flapped)
 	}
+}
+
+// latency sums the answer times of requests.
+type latency struct {
+	n, slow    int // answers; those slower than 200 ms
+	sum, worst time.Duration
+}
+
+func (l *latency) add(d time.Duration) {
+	l.n++
+	l.sum += d
+	l.worst = max(l.worst, d)
+	if d > 200*time.Millisecond {
+		l.slow++
+	}
+}
+
+func (l latency) String() string {
+	return fmt.Sprintf("%v / %v / %.1f %% of %d", (l.sum / time.Duration(max(l.n, 1))).Round(10*time.Microsecond),
+		l.worst.Round(10*time.Microsecond), 100*float64(l.slow)/float64(max(l.n, 1)), l.n)
 }
 
 // floodConn is an established connection of the flood test, with its own
