@@ -23,8 +23,9 @@ import (
 // TestFlood_EstablishedSurviveSYNFlood: 300 kept-alive connections through
 // xlb ask on, a round at a time, while the client's namespace sends a SYN
 // flood from spoofed sources (198.18.0.0/15, new 5-tuples) as fast as its
-// writers go (one per CPU, at most two, unpaced: see synFlooder) at a table of 16 K
-// entries; after the first round under the flood b1's health check fails.
+// writers go (one per CPU, at most two, unpaced: see synFlooder) at a
+// table of 16 K entries; after the first round under the flood b1's health
+// check fails.
 // Every request on every established connection is answered by its own
 // backend, b1's included (P1 keeps them there, which needs their
 // entries): 0 connections broken, 0 established entries evicted, and b2
