@@ -67,6 +67,46 @@ func build() error {
 	return os.Setenv("TB_TCP_PORTS", tcpPorts)
 }
 
+// variantBuild is another build of cmd/xlb than xlbBin, made once, by the
+// first test that asks for it.
+type variantBuild struct {
+	name string   // file name in binDir
+	args []string // go build flags
+	once sync.Once
+	err  error
+}
+
+func (v *variantBuild) path(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(binDir, v.name)
+	v.once.Do(func() {
+		args := append(append([]string{"build"}, v.args...), "-o", bin, "xlb/cmd/xlb")
+		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+			v.err = fmt.Errorf("go %v: %v\n%s", args, err, out)
+		}
+	})
+	if v.err != nil {
+		t.Fatal(v.err)
+	}
+	return bin
+}
+
+var (
+	// A plain build, without the race detector, for a test that measures
+	// the rate xlb's workers keep up with (the detector slows them several
+	// times over).
+	plainBuild = &variantBuild{name: "xlb-plain"}
+	// The test-only conntrack layout (tag xlb_ct_layout_alt: four slots
+	// per bucket, layout 0x7e570002), with the race detector as xlbBin,
+	// for a test that replaces the binary by one of another table layout.
+	altBuild = &variantBuild{name: "xlb-ct-layout-alt", args: []string{"-race", "-tags", "xlb_ct_layout_alt"}}
+)
+
+func plainXLB(t *testing.T) string { return plainBuild.path(t) }
+
+// buildAlt returns the alt-layout xlb's path.
+func buildAlt(t *testing.T) string { return altBuild.path(t) }
+
 // upBed builds the binaries if needed and brings a bed up for t.
 func upBed(t *testing.T, opts testbed.Options) *testbed.Bed {
 	t.Helper()
@@ -77,28 +117,3 @@ func upBed(t *testing.T, opts testbed.Options) *testbed.Bed {
 	return testbed.Up(t, opts)
 }
 
-// The xlb of the test-only conntrack layout (tag xlb_ct_layout_alt: four
-// slots per bucket, layout 0x7e570002), with the race detector as xlbBin:
-// built once, by the first test that replaces the binary by one of
-// another table layout.
-var (
-	altOnce sync.Once
-	altErr  error
-	altBin  string
-)
-
-// buildAlt builds the alt-layout xlb if needed and returns its path.
-func buildAlt(t *testing.T) string {
-	t.Helper()
-	altOnce.Do(func() {
-		altBin = filepath.Join(binDir, "xlb-ct-layout-alt")
-		args := []string{"build", "-race", "-tags", "xlb_ct_layout_alt", "-o", altBin, "xlb/cmd/xlb"}
-		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
-			altErr = fmt.Errorf("go %v: %v\n%s", args, err, out)
-		}
-	})
-	if altErr != nil {
-		t.Fatal(altErr)
-	}
-	return altBin
-}
