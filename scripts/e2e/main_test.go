@@ -116,4 +116,3 @@ func upBed(t *testing.T, opts testbed.Options) *testbed.Bed {
 	}
 	return testbed.Up(t, opts)
 }
-
