@@ -45,8 +45,8 @@ type synConn struct {
 // SIGHUP once the reload before it was applied, between two valid files
 // that rebuild the service's tables: MAGLEV over b1-b3, and
 // WEIGHTED_MAGLEV (reported weights 1, 1, 4) over b1-b4 (b4 comes and
-// goes: neighbours, health targets, a drain), with two busy processes per
-// CPU. Every connection must succeed. A SYN the client had to send again
+// goes: neighbours, health targets, a drain of 10 s, so that a connection
+// b4 took is not reset by its removal), with two busy processes per CPU. Every connection must succeed. A SYN the client had to send again
 // (its socket's TCP_INFO says which connection) was lost or answered late;
 // the test asserts that each one is accounted for by a counter: xlb's
 // drops by reason and frames it passed, its AF_XDP rings, VIP frames the
@@ -62,7 +62,7 @@ func TestReload_EverySYNAccounted(t *testing.T) {
 	web := netip.AddrPortFrom(testbed.VIP4, testbed.HTTPPort)
 	config := func(policy string, backends ...string) []byte {
 		text, err := os.ReadFile(faultConfig(t, b, 1, 2, faultSvc{name: "web", port: web.Port(),
-			primaries: backends, keys: fmt.Sprintf("locality_lb_policy = %q", policy)}))
+			primaries: backends, keys: fmt.Sprintf("locality_lb_policy = %q\nconnection_draining_timeout_sec = 10", policy)}))
 		must(t, err)
 		return text
 	}
