@@ -42,21 +42,21 @@ type synConn struct {
 }
 
 // TestReload_EverySYNAccounted (X2) opens a new connection (connect and a
-// GET through the VIP) every 15 ms while xlb reloads 50 times, each
-// SIGHUP once the reload before it was applied, between two valid files
-// that rebuild the service's tables: MAGLEV over b1-b3, and
-// WEIGHTED_MAGLEV (reported weights 1, 1, 4) over b1-b4 (b4 comes and
+// GET through the VIP) every 15 ms while xlb reloads 50 times (10 at least
+// within 15 s), each SIGHUP once the reload before it was applied, between
+// two valid files that rebuild the service's tables: MAGLEV over b1-b3,
+// and WEIGHTED_MAGLEV (reported weights 1, 1, 4) over b1-b4 (b4 comes and
 // goes: neighbours, health targets, a drain of 10 s, so that a connection
-// b4 took is not reset by its removal), with two busy processes per CPU. Every connection must succeed. A SYN the client had to send again
-// (its socket's TCP_INFO says which connection) was lost or answered late;
-// the test asserts that each one is accounted for by a counter: xlb's
-// drops by reason and frames it passed, its AF_XDP rings, VIP frames the
-// XDP program passed to the balancer's kernel (which drops them), the
+// b4 took is not reset by its removal), with two busy processes per CPU.
+// Every connection must succeed. A SYN the client had to send again (its
+// socket's TCP_INFO says which connection) was lost or answered late; the
+// test asserts that each one is accounted for by a counter: xlb's drops by
+// reason and frames it passed, its AF_XDP rings, VIP frames the XDP
+// program passed to the balancer's kernel (which drops them), the
 // interfaces' and the host backlog's drops, the backends' listen queues,
-// or a backend that answered a SYN again (the SYN reached it: late, or
-// its answer was lost on the way back, which does not pass through xlb).
-// A SYN sent again that no counter explains fails the test with the
-// diagnostics.
+// or a backend that answered a SYN again (the SYN reached it: late, or its
+// answer was lost on the way back, which does not pass through xlb). A SYN
+// sent again that no counter explains fails the test with the diagnostics.
 func TestReload_EverySYNAccounted(t *testing.T) {
 	// Not parallel: it keeps every CPU busy while it runs.
 	b := upBed(t, testbed.Options{Prefix: "e2esyn", Backends: 4, Failover: -1, Weights: []int{1, 1, 4, 1}})
