@@ -26,8 +26,9 @@ var ErrRestart = errors.New("restart required")
 type (
 	// vipSetter is the XDP program's VIP map.
 	vipSetter interface{ SetVIPs([]netip.Addr) error }
-	// neighbourWants is the resolver: the backends whose MACs to keep.
-	neighbourWants interface{ Want(cfg *config.Config) }
+	// neighbourWants is the resolver: the backends whose MACs to keep,
+	// those of every configuration given.
+	neighbourWants interface{ Want(cfgs ...*config.Config) }
 	// healthTargetSetter is the checker: the targets to probe.
 	healthTargetSetter interface {
 		Set([]healthcheck.Target) error
@@ -65,8 +66,11 @@ type reloader struct {
 	// leave the XDP map. Tests run it themselves.
 	schedule func(d time.Duration, f func()) (cancel func())
 
-	mu       sync.Mutex
-	cur      *config.Config
+	mu  sync.Mutex
+	cur *config.Config
+	// prev is the configuration the last reload replaced: its backends
+	// stay followed by the resolver until the next reload (nil: none).
+	prev     *config.Config
 	ok, fail uint64
 	last     *admin.LastReload
 	// inMap is what the XDP program's VIP map holds (nil: the running
@@ -155,10 +159,15 @@ func (r *reloader) apply(load func() (*config.Config, error)) error {
 	if err := r.vips.SetVIPs(union(oldVIPs, newVIPs)); err != nil {
 		return fmt.Errorf("setting the VIPs: %w", err)
 	}
-	r.neigh.Want(cfg)
+	// The running configuration's backends stay followed: those this
+	// reload removes drain on their MACs (M5), and one that comes back
+	// while it drains is selected again at once, healthy as it was; were
+	// the resolver to forget them, their frames would be dropped
+	// (backend-not-ready) until it had resolved them again.
+	r.neigh.Want(cfg, r.cur)
 	targets, feeds := healthTargets(cfg)
 	if err := r.hc.Set(targets); err != nil {
-		r.neigh.Want(r.cur)
+		r.neigh.Want(r.cur, r.prev)
 		_ = r.vips.SetVIPs(oldVIPs)
 		return err
 	}
@@ -170,7 +179,7 @@ func (r *reloader) apply(load func() (*config.Config, error)) error {
 		// Put everything back as it was.
 		oldTargets, _ := healthTargets(r.cur)
 		_ = r.hc.Set(oldTargets)
-		r.neigh.Want(r.cur)
+		r.neigh.Want(r.cur, r.prev)
 		_ = r.vips.SetVIPs(oldVIPs)
 		return fmt.Errorf("control plane: %w", err)
 	}
@@ -199,7 +208,7 @@ func (r *reloader) apply(load func() (*config.Config, error)) error {
 		r.inMap = keep
 	}
 	r.scheduleReap(drainEnd)
-	r.cur = cfg
+	r.cur, r.prev = cfg, r.cur
 	r.ok++
 	r.last = &admin.LastReload{At: at.UTC().Format(time.RFC3339Nano), OK: true,
 		ServicesAdded: d.ServicesAdded, ServicesRemoved: d.ServicesRemoved,

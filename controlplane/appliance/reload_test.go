@@ -69,12 +69,20 @@ func (f *reloadRig) SetVIPs(vs []netip.Addr) error {
 	return nil
 }
 
-func (f *reloadRig) Want(cfg *config.Config) {
+// Want records the addresses of cfgs, each once, in order.
+func (f *reloadRig) Want(cfgs ...*config.Config) {
 	var ips []string
-	for _, s := range cfg.Services {
-		for _, g := range s.Groups {
-			for _, ep := range g.Endpoints {
-				ips = append(ips, ep.IP.String())
+	for _, cfg := range cfgs {
+		if cfg == nil {
+			continue
+		}
+		for _, s := range cfg.Services {
+			for _, g := range s.Groups {
+				for _, ep := range g.Endpoints {
+					if ip := ep.IP.String(); !slices.Contains(ips, ip) {
+						ips = append(ips, ip)
+					}
+				}
 			}
 		}
 	}
@@ -140,7 +148,8 @@ func TestX2_ReloadOrder(t *testing.T) {
 	}
 	want := []string{
 		"vips [203.0.113.10 203.0.113.20] [10.0.4.1,b1,b2,f1]",
-		"neigh 10.0.1.1 10.0.1.3 10.0.3.1 10.0.4.1 [10.0.4.1,b1,b2,f1]",
+		// b2, removed, stays followed while it drains.
+		"neigh 10.0.1.1 10.0.1.3 10.0.3.1 10.0.4.1 10.0.1.2 [10.0.4.1,b1,b2,f1]",
 		"health hc/10.0.1.1 hc/10.0.1.3 hc/10.0.3.1 hc/10.0.4.1 [10.0.4.1,b1,b2,f1]",
 		// The old VIP stays while web's removed rule drains (30 s, M5).
 		"vips [203.0.113.20 203.0.113.10] [10.0.4.1,b1,b3,f1]",
@@ -207,7 +216,7 @@ func TestX2_ReloadRollsBack(t *testing.T) {
 	next := strings.Replace(ctlConfig, `{ name = "b2", ip = "10.0.1.2" }`, `{ name = "b3", ip = "10.0.1.3" }`, 1)
 	next = strings.ReplaceAll(next, `ip_address = "203.0.113.10"`, `ip_address = "203.0.113.20"`)
 	oldNeigh := "neigh 10.0.1.1 10.0.1.2 10.0.3.1 10.0.4.1 [10.0.4.1,b1,b2,f1]"
-	newNeigh := "neigh 10.0.1.1 10.0.1.3 10.0.3.1 10.0.4.1 [10.0.4.1,b1,b2,f1]"
+	newNeigh := "neigh 10.0.1.1 10.0.1.3 10.0.3.1 10.0.4.1 10.0.1.2 [10.0.4.1,b1,b2,f1]" // b2 removed: still followed
 	newHealth := "health hc/10.0.1.1 hc/10.0.1.3 hc/10.0.3.1 hc/10.0.4.1 [10.0.4.1,b1,b2,f1]"
 	union := "vips [203.0.113.10 203.0.113.20] [10.0.4.1,b1,b2,f1]"
 	old := "vips [203.0.113.10] [10.0.4.1,b1,b2,f1]"
@@ -452,5 +461,40 @@ func TestM5_RemovedVIPLeavesMapAfterDrain(t *testing.T) {
 	g.rl.reapVIPs()
 	if last := g.calls[len(g.calls)-1]; last != "vips [203.0.113.10] [10.0.4.1,b1,b2,f1]" || g.reapPending {
 		t.Errorf("after the drain of .20: %s (reap pending %v), want .10 only", last, g.reapPending)
+	}
+}
+
+// TestX2_ReloadFollowsRemovedBackends: a reload that removes a backend
+// keeps it among the neighbours to resolve (it drains on its MAC, M5, and
+// may come back while it drains, selected again at once), with the new
+// file's backends; the reload after drops it. Without that, the resolver
+// forgot its MAC and its frames were dropped as backend-not-ready until it
+// was resolved again (seen under reload bursts on busy CPUs).
+func TestX2_ReloadFollowsRemovedBackends(t *testing.T) {
+	f := newReloadRig(t)
+	without := strings.Replace(ctlConfig, `{ name = "b2", ip = "10.0.1.2" }`, `{ name = "b3", ip = "10.0.1.3" }`, 1)
+	for i, want := range []string{
+		"neigh 10.0.1.1 10.0.1.3 10.0.3.1 10.0.4.1 10.0.1.2", // b2 removed, still followed
+		"neigh 10.0.1.1 10.0.1.2 10.0.3.1 10.0.4.1 10.0.1.3", // b2 back, b3 removed and followed
+		"neigh 10.0.1.1 10.0.1.2 10.0.3.1 10.0.4.1",          // the same file again: b3 dropped
+	} {
+		text := without
+		if i > 0 {
+			text = ctlConfig
+		}
+		f.calls = nil
+		f.write(t, text+reloadDataplane)
+		if err := f.rl.reloadFile(ReloadOptions{}); err != nil {
+			t.Fatalf("reload %d: %v", i+1, err)
+		}
+		var got string
+		for _, c := range f.calls {
+			if strings.HasPrefix(c, "neigh ") {
+				got, _, _ = strings.Cut(c, " [")
+			}
+		}
+		if got != want {
+			t.Errorf("reload %d: %q, want %q", i+1, got, want)
+		}
 	}
 }

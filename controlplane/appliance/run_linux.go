@@ -462,10 +462,19 @@ func (s *stack) startBGP() error {
 	return nil
 }
 
-// resolverWants gives the resolver a configuration's backends.
+// resolverWants gives the resolver the backends of configurations (nil
+// ones skipped).
 type resolverWants struct{ res *neigh.Resolver }
 
-func (r resolverWants) Want(cfg *config.Config) { r.res.Want(neigh.TargetsOf(cfg)) }
+func (r resolverWants) Want(cfgs ...*config.Config) {
+	var ts []neigh.Target
+	for _, cfg := range cfgs {
+		if cfg != nil {
+			ts = append(ts, neigh.TargetsOf(cfg)...)
+		}
+	}
+	r.res.Want(ts)
+}
 
 func xdpMode(m config.XDPMode) xdpprog.Mode {
 	switch m {

@@ -57,4 +57,4 @@ func HealthTargets(cfg *config.Config) []healthcheck.Target {
 
 type noNeighbours struct{}
 
-func (noNeighbours) Want(*config.Config) {}
+func (noNeighbours) Want(...*config.Config) {}

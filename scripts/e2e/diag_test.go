@@ -119,6 +119,16 @@ func diagnostics(b *testbed.Bed) string {
 		section("/proc/net/softnet_stat (whole host)", strings.Join(rows, "\n"))
 	}
 
+	// VIP traffic the XDP program passed to the balancer's kernel: its
+	// blackhole route drops it, counted in InAddrErrors (no forwarding).
+	if o, err := testbed.Exec(b.LB.NS, "cat", "/proc/net/snmp"); err != nil {
+		section(b.LB.NS+": IP counters", err.Error())
+	} else {
+		c := netCounters(o)
+		section(b.LB.NS+": IP counters (/proc/net/snmp)", fmt.Sprintf("InAddrErrors=%d InNoRoutes=%d InDiscards=%d InHdrErrors=%d",
+			c["Ip.InAddrErrors"], c["Ip.InNoRoutes"], c["Ip.InDiscards"], c["Ip.InHdrErrors"]))
+	}
+
 	// TCP's view at both ends.
 	tcp := tcpCounters(b, "Tcp.ActiveOpens", "Tcp.PassiveOpens", "Tcp.AttemptFails", "Tcp.RetransSegs",
 		"Tcp.InErrs", "Tcp.OutRsts", "TcpExt.TCPSynRetrans", "TcpExt.TCPTimeouts",
