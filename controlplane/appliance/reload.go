@@ -62,19 +62,22 @@ type reloader struct {
 	log   *zap.Logger
 
 	// schedule runs f after d (time.AfterFunc when nil) and returns what
-	// cancels it: the end of a removed rule's drain, when its VIP may
-	// leave the XDP map. Tests run it themselves.
+	// cancels it: the end of a drain, when a removed rule's VIP may leave
+	// the XDP map and a removed backend the resolver. Tests run it
+	// themselves.
 	schedule func(d time.Duration, f func()) (cancel func())
 
 	mu  sync.Mutex
 	cur *config.Config
-	// prev is the configuration the last reload replaced: its backends
-	// stay followed by the resolver until the next reload (nil: none).
-	prev     *config.Config
+	// removed are the backends reloads removed, each reload's until the
+	// last of the drains it started ends: a tracked flow is still sent to
+	// a removed backend while it drains (M5), so the resolver keeps its
+	// MAC until then, through any number of reloads. Oldest first.
+	removed  []removedBackends
 	ok, fail uint64
 	last     *admin.LastReload
 	// inMap is what the XDP program's VIP map holds (nil: the running
-	// configuration's VIPs); cancelReap cancels the scheduled reapVIPs.
+	// configuration's VIPs); cancelReap cancels the scheduled reap.
 	inMap      []netip.Addr
 	cancelReap func()
 	stopped    bool
@@ -159,29 +162,37 @@ func (r *reloader) apply(load func() (*config.Config, error)) error {
 	if err := r.vips.SetVIPs(union(oldVIPs, newVIPs)); err != nil {
 		return fmt.Errorf("setting the VIPs: %w", err)
 	}
-	// The running configuration's backends stay followed: those this
-	// reload removes drain on their MACs (M5), and one that comes back
-	// while it drains is selected again at once, healthy as it was; were
-	// the resolver to forget them, their frames would be dropped
-	// (backend-not-ready) until it had resolved them again.
-	r.neigh.Want(cfg, r.cur)
+	// The backends this reload removes stay followed, with those earlier
+	// reloads removed whose drains go on: they drain on their MACs (M5),
+	// and one that comes back while it drains is selected again at once,
+	// healthy as it was; were the resolver to forget them, their frames
+	// would be dropped (backend-not-ready) until it had resolved them
+	// again.
+	r.pruneRemoved(r.now())
+	gone := removedFrom(r.cur, cfg)
+	r.neigh.Want(append(append([]*config.Config{cfg}, r.removedConfigs()...), gone.cfg)...)
 	targets, feeds := healthTargets(cfg)
 	if err := r.hc.Set(targets); err != nil {
-		r.neigh.Want(r.cur, r.prev)
+		r.neigh.Want(r.followed()...)
 		_ = r.vips.SetVIPs(oldVIPs)
 		return err
 	}
 	// At is just before the control plane's clock is read: drains of
 	// removed backends end timeout after At, never before.
-	at := time.Now()
-	d, err := r.cp.Apply(cfg, r.now())
+	at, now := time.Now(), r.now()
+	d, err := r.cp.Apply(cfg, now)
 	if err != nil {
 		// Put everything back as it was.
 		oldTargets, _ := healthTargets(r.cur)
 		_ = r.hc.Set(oldTargets)
-		r.neigh.Want(r.cur, r.prev)
+		r.neigh.Want(r.followed()...)
 		_ = r.vips.SetVIPs(oldVIPs)
 		return fmt.Errorf("control plane: %w", err)
+	}
+	if gone.cfg != nil {
+		// The control plane's drains of these end by now+timeout.
+		gone.until = now + gone.timeout
+		r.removed = append(r.removed, gone)
 	}
 	// Results of the new targets count from here on (until now they were
 	// dropped; the checker reports every probe, so none is lost for good).
@@ -207,8 +218,8 @@ func (r *reloader) apply(load func() (*config.Config, error)) error {
 	} else {
 		r.inMap = keep
 	}
-	r.scheduleReap(drainEnd)
-	r.cur, r.prev = cfg, r.cur
+	r.cur = cfg
+	r.scheduleReap(r.nextEnd(drainEnd))
 	r.ok++
 	r.last = &admin.LastReload{At: at.UTC().Format(time.RFC3339Nano), OK: true,
 		ServicesAdded: d.ServicesAdded, ServicesRemoved: d.ServicesRemoved,
@@ -229,9 +240,8 @@ func (r *reloader) mapped() []netip.Addr {
 	return configVIPs(r.cur)
 }
 
-// scheduleReap (re)schedules reapVIPs for drainEnd, the control plane's
-// time (ms) the next removed rule's drain ends; 0: none drains. r.mu is
-// held.
+// scheduleReap (re)schedules reap for drainEnd, the control plane's time
+// (ms) the next drain ends; 0: none drains. r.mu is held.
 func (r *reloader) scheduleReap(drainEnd int64) {
 	if r.cancelReap != nil {
 		r.cancelReap()
@@ -242,35 +252,133 @@ func (r *reloader) scheduleReap(drainEnd int64) {
 	}
 	d := time.Duration(max(drainEnd-r.now(), 0)) * time.Millisecond
 	if r.schedule != nil {
-		r.cancelReap = r.schedule(d, r.reapVIPs)
+		r.cancelReap = r.schedule(d, r.reap)
 		return
 	}
-	t := time.AfterFunc(d, r.reapVIPs)
+	t := time.AfterFunc(d, r.reap)
 	r.cancelReap = func() { t.Stop() }
 }
 
-// reapVIPs takes the VIPs whose removed rules have drained out of the XDP
+// reap has the resolver forget the removed backends whose drains have
+// ended, takes the VIPs whose removed rules have drained out of the XDP
 // program's map, and schedules itself for the next drain's end.
-func (r *reloader) reapVIPs() {
+func (r *reloader) reap() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	l, ok := r.cp.(vipLister)
-	if !ok || r.stopped {
+	if r.stopped {
 		return
 	}
-	vips, drainEnd := l.VIPs(r.now())
-	if old := r.mapped(); !slices.Equal(vips, old) {
-		if err := r.vips.SetVIPs(vips); err != nil {
-			r.log.Warn("removing VIPs whose drain ended", zap.Error(err))
-		} else {
-			r.inMap = vips
-			r.log.Info("VIPs whose drain ended removed", zap.Int("vips_before", len(old)), zap.Int("vips", len(vips)))
+	now := r.now()
+	if r.pruneRemoved(now) {
+		r.neigh.Want(r.followed()...)
+	}
+	var drainEnd int64
+	if l, ok := r.cp.(vipLister); ok {
+		var vips []netip.Addr
+		vips, drainEnd = l.VIPs(now)
+		if old := r.mapped(); !slices.Equal(vips, old) {
+			if err := r.vips.SetVIPs(vips); err != nil {
+				r.log.Warn("removing VIPs whose drain ended", zap.Error(err))
+			} else {
+				r.inMap = vips
+				r.log.Info("VIPs whose drain ended removed", zap.Int("vips_before", len(old)), zap.Int("vips", len(vips)))
+			}
 		}
 	}
-	r.scheduleReap(drainEnd)
+	r.scheduleReap(r.nextEnd(drainEnd))
 }
 
-// stop cancels the scheduled reapVIPs for good (the appliance stops).
+// removedBackends are the backends one reload removed, as a configuration
+// of their own (each under its service, with its forwarding method), and
+// the longest drain that reload gave any of them.
+type removedBackends struct {
+	cfg     *config.Config // nil: none removed
+	timeout int64          // ms
+	until   int64          // control plane time (ms): the drains are over
+}
+
+// removedFrom lists the endpoints of old that cfg lacks as the resolver
+// knows them (address, forwarding method, configured MAC), and the longest
+// drain the control plane gives them: a service's timeout in cfg, or in
+// old for one cfg removes (its backends and its rules drain on that, M5);
+// the longer of the two covers both.
+func removedFrom(old, cfg *config.Config) removedBackends {
+	type endpoint struct {
+		ip     netip.Addr
+		method config.ForwardingMethod
+		mac    [6]byte
+		hasMAC bool
+	}
+	keep := map[endpoint]bool{}
+	timeouts := make(map[string]time.Duration, len(cfg.Services))
+	for _, s := range cfg.Services {
+		timeouts[s.Name] = s.DrainingTimeout
+		for _, g := range s.Groups {
+			for _, ep := range g.Endpoints {
+				keep[endpoint{ep.IP, s.ForwardingMethod, ep.MAC, ep.HasMAC}] = true
+			}
+		}
+	}
+	var rb removedBackends
+	for _, s := range old.Services {
+		var eps []config.Endpoint
+		for _, g := range s.Groups {
+			for _, ep := range g.Endpoints {
+				if !keep[endpoint{ep.IP, s.ForwardingMethod, ep.MAC, ep.HasMAC}] {
+					eps = append(eps, ep)
+				}
+			}
+		}
+		if len(eps) == 0 {
+			continue
+		}
+		if rb.cfg == nil {
+			rb.cfg = &config.Config{Path: old.Path}
+		}
+		rb.cfg.Services = append(rb.cfg.Services, config.Service{Name: s.Name,
+			ForwardingMethod: s.ForwardingMethod, DrainingTimeout: s.DrainingTimeout,
+			Groups: []config.Group{{Endpoints: eps}}})
+		rb.timeout = max(rb.timeout, s.DrainingTimeout.Milliseconds(), timeouts[s.Name].Milliseconds())
+	}
+	return rb
+}
+
+// pruneRemoved forgets the removed backends whose drains are over at now
+// and reports whether any were; r.mu is held.
+func (r *reloader) pruneRemoved(now int64) bool {
+	n := len(r.removed)
+	r.removed = slices.DeleteFunc(r.removed, func(rb removedBackends) bool { return now >= rb.until })
+	return len(r.removed) != n
+}
+
+// removedConfigs are the backends of r.removed; r.mu is held.
+func (r *reloader) removedConfigs() []*config.Config {
+	cfgs := make([]*config.Config, len(r.removed))
+	for i, rb := range r.removed {
+		cfgs[i] = rb.cfg
+	}
+	return cfgs
+}
+
+// followed is what the resolver follows between reloads: the running
+// configuration's backends and the removed ones still draining; r.mu is
+// held.
+func (r *reloader) followed() []*config.Config {
+	return append([]*config.Config{r.cur}, r.removedConfigs()...)
+}
+
+// nextEnd is the earlier of drainEnd (the next removed rule's, 0: none)
+// and the next end of a removed backend's drain; r.mu is held.
+func (r *reloader) nextEnd(drainEnd int64) int64 {
+	for _, rb := range r.removed {
+		if drainEnd == 0 || rb.until < drainEnd {
+			drainEnd = rb.until
+		}
+	}
+	return drainEnd
+}
+
+// stop cancels the scheduled reap for good (the appliance stops).
 func (r *reloader) stop() {
 	r.mu.Lock()
 	defer r.mu.Unlock()

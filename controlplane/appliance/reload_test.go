@@ -44,7 +44,7 @@ type reloadRig struct {
 	rl    *reloader
 	file  string
 	calls []string
-	// reaps are the delays the reloader scheduled reapVIPs after, the
+	// reaps are the delays the reloader scheduled reap after, the
 	// last one still pending unless cancelled.
 	reaps []time.Duration
 	// reapPending: the last scheduled reap was not cancelled.
@@ -402,7 +402,7 @@ func TestX2_ReloadRefusesEmpty(t *testing.T) {
 		t.Errorf("after the empty reload: %s, want the draining VIP only", last)
 	}
 	f.rig.Now += 30_000
-	f.rl.reapVIPs()
+	f.rl.reap()
 	if last := f.calls[len(f.calls)-1]; last != "vips [] []" {
 		t.Errorf("after the drain: %s, want no VIPs", last)
 	}
@@ -430,12 +430,12 @@ func TestM5_RemovedVIPLeavesMapAfterDrain(t *testing.T) {
 	}
 	calls := len(f.calls)
 	f.rig.Now = 34_999 // early: nothing leaves, the reap is put off
-	f.rl.reapVIPs()
+	f.rl.reap()
 	if len(f.calls) != calls || !slices.Equal(f.reaps[1:], []time.Duration{time.Millisecond}) {
 		t.Errorf("reap before the drain ends: calls %v, reaps %v; want none, then one in 1ms", f.calls[calls:], f.reaps)
 	}
 	f.rig.Now = 35_000
-	f.rl.reapVIPs()
+	f.rl.reap()
 	if got := f.calls[calls:]; !slices.Equal(got, []string{"vips [203.0.113.20] [10.0.4.1,b1,b2,f1]"}) || len(f.reaps) != 2 {
 		t.Errorf("reap at the drain's end: calls %v, reaps %v; want the old VIP gone and nothing scheduled", got, f.reaps)
 	}
@@ -458,43 +458,138 @@ func TestM5_RemovedVIPLeavesMapAfterDrain(t *testing.T) {
 		t.Errorf("moved back: %s, reaps %v", last, g.reaps)
 	}
 	g.rig.Now = 40_000
-	g.rl.reapVIPs()
+	g.rl.reap()
 	if last := g.calls[len(g.calls)-1]; last != "vips [203.0.113.10] [10.0.4.1,b1,b2,f1]" || g.reapPending {
 		t.Errorf("after the drain of .20: %s (reap pending %v), want .10 only", last, g.reapPending)
 	}
 }
 
-// TestX2_ReloadFollowsRemovedBackends: a reload that removes a backend
-// keeps it among the neighbours to resolve (it drains on its MAC, M5, and
-// may come back while it drains, selected again at once), with the new
-// file's backends; the reload after drops it. Without that, the resolver
-// forgot its MAC and its frames were dropped as backend-not-ready until it
-// was resolved again (seen under reload bursts on busy CPUs).
+// TestX2_ReloadFollowsRemovedBackends: a backend a reload removes stays
+// among the neighbours to resolve for as long as it drains (its tracked
+// flows are still sent to it, M5, and it may come back while it drains,
+// selected again at once), through later reloads, failed ones included;
+// it is dropped when its drain ends, not before. Were it forgotten, its
+// frames would be dropped as backend-not-ready until it was resolved
+// again (seen under reload bursts on busy CPUs).
 func TestX2_ReloadFollowsRemovedBackends(t *testing.T) {
 	f := newReloadRig(t)
-	without := strings.Replace(ctlConfig, `{ name = "b2", ip = "10.0.1.2" }`, `{ name = "b3", ip = "10.0.1.3" }`, 1)
-	for i, want := range []string{
-		"neigh 10.0.1.1 10.0.1.3 10.0.3.1 10.0.4.1 10.0.1.2", // b2 removed, still followed
-		"neigh 10.0.1.1 10.0.1.2 10.0.3.1 10.0.4.1 10.0.1.3", // b2 back, b3 removed and followed
-		"neigh 10.0.1.1 10.0.1.2 10.0.3.1 10.0.4.1",          // the same file again: b3 dropped
-	} {
-		text := without
-		if i > 0 {
-			text = ctlConfig
-		}
-		f.calls = nil
-		f.write(t, text+reloadDataplane)
-		if err := f.rl.reloadFile(ReloadOptions{}); err != nil {
-			t.Fatalf("reload %d: %v", i+1, err)
-		}
-		var got string
-		for _, c := range f.calls {
-			if strings.HasPrefix(c, "neigh ") {
-				got, _, _ = strings.Cut(c, " [")
+	lastNeigh := func() string {
+		for i := len(f.calls) - 1; i >= 0; i-- {
+			if c := f.calls[i]; strings.HasPrefix(c, "neigh ") {
+				got, _, _ := strings.Cut(c, " [")
+				return got
 			}
 		}
-		if got != want {
-			t.Errorf("reload %d: %q, want %q", i+1, got, want)
+		return "none"
+	}
+	reload := func(at int64, text string) error {
+		t.Helper()
+		f.rig.Now, f.calls = at, nil
+		f.write(t, text+reloadDataplane)
+		return f.rl.reloadFile(ReloadOptions{})
+	}
+	reap := func(at int64) {
+		f.rig.Now, f.calls = at, nil
+		f.rl.reap()
+	}
+	// web drains 30 s. At 0 s b2 leaves (b3 comes), at 10 s b3 leaves (b4
+	// comes): b2 drains until 30 s, b3 until 40 s.
+	withB3 := strings.Replace(ctlConfig, `{ name = "b2", ip = "10.0.1.2" }`, `{ name = "b3", ip = "10.0.1.3" }`, 1)
+	withB4 := strings.Replace(ctlConfig, `{ name = "b2", ip = "10.0.1.2" }`, `{ name = "b4", ip = "10.0.1.4" }`, 1)
+	if err := reload(0, withB3); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := lastNeigh(), "neigh 10.0.1.1 10.0.1.3 10.0.3.1 10.0.4.1 10.0.1.2"; got != want {
+		t.Errorf("b2 removed: %q, want %q", got, want)
+	}
+	if err := reload(10_000, withB4); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := lastNeigh(), "neigh 10.0.1.1 10.0.1.4 10.0.3.1 10.0.4.1 10.0.1.2 10.0.1.3"; got != want {
+		t.Errorf("second reload inside b2's drain: %q, want %q (b2 and b3 both drain)", got, want)
+	}
+	if !slices.Equal(f.reaps, []time.Duration{30 * time.Second, 20 * time.Second}) || !f.reapPending {
+		t.Errorf("reaps %v (pending %v), want 30s then 20s (b2's drain end)", f.reaps, f.reapPending)
+	}
+	// A reload that fails puts back what is followed between reloads: the
+	// running file's backends and both draining ones.
+	f.healthErr = errors.New("checker refuses")
+	if err := reload(20_000, ctlConfig); err == nil {
+		t.Fatal("the reload the checker refused succeeded")
+	}
+	f.healthErr = nil
+	if got, want := lastNeigh(), "neigh 10.0.1.1 10.0.1.4 10.0.3.1 10.0.4.1 10.0.1.2 10.0.1.3"; got != want {
+		t.Errorf("after a failed reload: %q, want %q", got, want)
+	}
+	reap(29_999) // early: nothing changes
+	if got := lastNeigh(); got != "none" {
+		t.Errorf("reap before b2's drain ends: %q, want no change", got)
+	}
+	reap(30_000)
+	if got, want := lastNeigh(), "neigh 10.0.1.1 10.0.1.4 10.0.3.1 10.0.4.1 10.0.1.3"; got != want {
+		t.Errorf("b2's drain over: %q, want %q", got, want)
+	}
+	if n := len(f.reaps); n == 0 || f.reaps[n-1] != 10*time.Second || !f.reapPending {
+		t.Errorf("reaps %v (pending %v), want the next in 10s (b3's drain end)", f.reaps, f.reapPending)
+	}
+	reap(40_000)
+	if got, want := lastNeigh(), "neigh 10.0.1.1 10.0.1.4 10.0.3.1 10.0.4.1"; got != want {
+		t.Errorf("b3's drain over: %q, want %q", got, want)
+	}
+	if f.reapPending {
+		t.Errorf("a reap is still scheduled (%v) with nothing left to drain", f.reaps)
+	}
+	// Taken out and back within the drain: followed throughout, and the
+	// reload that brings it back leaves nothing to forget later.
+	if err := reload(50_000, withB3); err != nil {
+		t.Fatal(err)
+	}
+	if err := reload(51_000, withB4); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := lastNeigh(), "neigh 10.0.1.1 10.0.1.4 10.0.3.1 10.0.4.1 10.0.1.3"; got != want {
+		t.Errorf("b4 back within its drain: %q, want %q", got, want)
+	}
+}
+
+// TestM5_RemovedServiceBackendsFollowed: a reload that removes a service
+// and its rule leaves the rule draining for the service's timeout, its
+// tracked flows going to the removed service's backends: those stay
+// among the neighbours to resolve until then, on the removed service's
+// timeout (the new file no longer says it).
+func TestM5_RemovedServiceBackendsFollowed(t *testing.T) {
+	f := newReloadRig(t)
+	// dns alone: web (30 s of draining) and its rule leave.
+	webStart := strings.Index(ctlConfig, "[[backend_service]]")
+	dnsStart := strings.Index(ctlConfig[webStart+1:], "[[backend_service]]") + webStart + 1
+	webRule := strings.Index(ctlConfig, "[[forwarding_rule]]")
+	dnsRule := strings.Index(ctlConfig[webRule+1:], "[[forwarding_rule]]") + webRule + 1
+	dnsOnly := ctlConfig[:webStart] + ctlConfig[dnsStart:webRule] + ctlConfig[dnsRule:]
+	f.rig.Now = 1_000
+	f.write(t, dnsOnly+reloadDataplane)
+	if err := f.rl.reloadFile(ReloadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	neigh := func() []string {
+		var out []string
+		for _, c := range f.calls {
+			if strings.HasPrefix(c, "neigh ") {
+				got, _, _ := strings.Cut(c, " [")
+				out = append(out, got)
+			}
 		}
+		return out
+	}
+	if got, want := neigh(), []string{"neigh 10.0.4.1 10.0.1.1 10.0.1.2 10.0.3.1"}; !slices.Equal(got, want) {
+		t.Errorf("web removed: %q, want %q", got, want)
+	}
+	if !slices.Equal(f.reaps, []time.Duration{30 * time.Second}) {
+		t.Errorf("reaps %v, want one at web's drain end (30s)", f.reaps)
+	}
+	f.calls = nil
+	f.rig.Now = 31_000
+	f.rl.reap()
+	if got, want := neigh(), []string{"neigh 10.0.4.1"}; !slices.Equal(got, want) {
+		t.Errorf("web's drain over: %q, want %q", got, want)
 	}
 }
