@@ -3,6 +3,7 @@ package conntrack
 import (
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -111,5 +112,58 @@ func TestConcurrentTwoChoice(t *testing.T) {
 	hammer(t, tab, 2*4*slotsPerBucket, 6, ops)
 	if s := tab.Stats(); s.Spills == 0 || s.Moves == 0 {
 		t.Errorf("stats %+v: no spill or move exercised", s)
+	}
+}
+
+// TestConcurrentLookupDuringMove: a key that makeRoom moves to its other
+// bucket while a lookup runs is found, in whichever direction it moves
+// (first to second, second back to first). Keys that are never deleted sit
+// in a tiny table while one writer fills it with older keys and deletes
+// them again, so that pairs fill and keys move; a lookup of a kept key that
+// misses while no entry was evicted and no move completed (at most one move
+// overlapped it), of a key found again right after, is a false miss: the
+// engine would take an established flow for a new one and record Maglev's
+// choice over its backend.
+func TestConcurrentLookupDuringMove(t *testing.T) {
+	lookups := 20_000_000
+	if testing.Short() || raceBuild {
+		lookups = 2_000_000
+	}
+	tab := newTable(4)
+	kept := make([]Key, 12)
+	for i := range kept {
+		kept[i] = key5(i)
+		tab.Upsert(&kept[i], Value{Backend: 1, IdleSec: MaxIdleSec}, 1000)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var window [20]Key
+		for n := 0; !stop.Load(); n++ {
+			k := &window[n%len(window)]
+			if *k != (Key{}) {
+				tab.Delete(k)
+			}
+			*k = key5(1000 + n)
+			// Used before the kept keys: evicted before them.
+			tab.Upsert(k, Value{Backend: 2, IdleSec: MaxIdleSec}, 1)
+		}
+	})
+	misses := 0
+	for n := 0; n < lookups && misses == 0; n++ {
+		k := &kept[n%len(kept)]
+		before := tab.Stats()
+		_, ok := tab.Lookup(k, 2000)
+		if after := tab.Stats(); ok || after.Evictions != before.Evictions || after.Moves != before.Moves {
+			continue
+		}
+		if _, ok := tab.Lookup(k, 2000); ok {
+			misses++
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	if s := tab.Stats(); misses > 0 || s.Moves == 0 {
+		t.Errorf("%d kept keys missed while in the table (moves %d, evictions %d): want 0, with moves", misses, s.Moves, s.Evictions)
 	}
 }

@@ -293,15 +293,24 @@ func (t *Table) LookupHint(k *Key, h Hint, now int64) (Entry, bool) {
 	var w keyWords
 	w.from(k)
 	bi, home := h.bi, int(h.home)
-	spilled := t.buckets[bi].slots[home].hdr.Load()&spillBit != 0
 	i, seq, val, last := t.buckets[bi].probe(home, 0, &w)
 	if i < 0 {
-		if !spilled || h.bi2 == h.bi {
+		// A key makeRoom moves is written at its new place before it is
+		// cleared at its old one. The spill bit is read after the probe:
+		// one moved to its second bucket is marked (setSpill) before it
+		// is written there, so a probe that missed it here sees the mark.
+		if h.bi2 == h.bi || t.buckets[bi].slots[home].hdr.Load()&spillBit == 0 {
 			return Entry{}, false
 		}
 		bi, home = h.bi2, int(h.home2)
 		if i, seq, val, last = t.buckets[bi].probe(home, altBit, &w); i < 0 {
-			return Entry{}, false
+			// One moved back to its first bucket after the first probe
+			// and cleared here before this one is there now. (A key
+			// moved twice during one lookup can still be missed.)
+			bi, home = h.bi, int(h.home)
+			if i, seq, val, last = t.buckets[bi].probe(home, 0, &w); i < 0 {
+				return Entry{}, false
+			}
 		}
 	}
 	if expired(val, last, now) {
@@ -782,8 +791,9 @@ func (t *Table) Range(now int64, fn func(k Key, e Entry) bool) {
 // is free at once: waiting there could deadlock with a writer holding it
 // and waiting for b. It returns the freed slot, or -1. The moved key is
 // written at its new place before it is cleared at its old one, so a
-// reader finds it at one or the other (at its first bucket's home, a spill
-// bit sends a reader that misses on to its second).
+// reader finds it at one or the other: LookupHint reads the spill bit after
+// its first probe and, on a miss in the second bucket, probes the first
+// again.
 func (t *Table) makeRoom(b *bucket) int {
 	for i := range slotsPerBucket {
 		s := &b.slots[i]

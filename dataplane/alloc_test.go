@@ -1,8 +1,13 @@
 package dataplane_test
 
 import (
+	"strings"
+
 	"net/netip"
 	"testing"
+	"xlb/controlplane"
+	"xlb/controlplane/cptest"
+	"xlb/controlplane/sim"
 
 	"xlb/conntrack"
 	"xlb/dataplane"
@@ -109,4 +114,82 @@ func allocDecide(tb testing.TB, dc *dataplane.Decider, frame []byte) dataplane.D
 	copy(buf[dataplane.Headroom:], frame)
 	f := dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(frame)}
 	return dc.Decide(&f, benchClock())
+}
+
+// TestProcessDoesNotAllocate_FloodAndDrainPaths: the paths issue 13 added
+// allocate nothing per frame either: a new flow over the new-entry rate
+// (forwarded, not recorded) and a new flow to a rule a reload removed
+// while it drains (dropped as vip-draining).
+func TestProcessDoesNotAllocate_FloodAndDrainPaths(t *testing.T) {
+	// ipip4 drains a minute; the reload below removes its rule.
+	text := strings.Replace(benchTOML, "forwarding_method = \"IPIP\"\n",
+		"forwarding_method = \"IPIP\"\nconnection_draining_timeout_sec = 60\n", 1)
+	ct, err := conntrack.New(conntrack.MinCapacity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := dataplane.NewEngine(ct)
+	eng.SetFloodLimits(dataplane.FloodLimits{NewPerSec: 1})
+	cp, err := controlplane.New(cptest.Config(t, text), eng, controlplane.Options{
+		Local: sim.SimLocal(), InitialHealthy: true, InitialWeight: 1000,
+	}, benchClock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := text[strings.Index(text, "[[forwarding_rule]]\nname = \"ipip-v4\""):]
+	rule = rule[:strings.Index(rule[1:], "[[forwarding_rule]]")+1]
+	if _, err := cp.Apply(cptest.Config(t, strings.Replace(text, rule, "", 1)), benchClock()); err != nil {
+		t.Fatal(err)
+	}
+	dc := eng.NewDecider()
+	// One clock reading for every frame: no token comes back meanwhile.
+	now := benchClock()
+	decide := func(frame []byte) dataplane.Decision {
+		buf := make([]byte, dataplane.Headroom+len(frame)+dataplane.Headroom)
+		copy(buf[dataplane.Headroom:], frame)
+		f := dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(frame)}
+		return dc.Decide(&f, now)
+	}
+	syn := func(src string, vip netip.Addr) []byte {
+		f, err := craft.Build(&craft.Packet{Src: netip.MustParseAddr(src), Dst: vip, Proto: packet.ProtoTCP,
+			SrcPort: 40000, DstPort: 80, Flags: "S"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	// The decider's one token of burst goes to a first new flow.
+	if d := decide(syn("100.64.9.1", benchVIPWeb4)); d.Track != dataplane.TrackNew || d.NotRecorded {
+		t.Fatalf("first new flow: track %v not recorded %v, want recorded", d.Track, d.NotRecorded)
+	}
+	for _, tc := range []struct {
+		name        string
+		frame       []byte
+		verdict     dataplane.Verdict
+		reason      dataplane.Reason
+		notRecorded bool
+	}{
+		{"new flow over the new-entry rate", syn("100.64.9.2", benchVIPWeb4), dataplane.VerdictForward, 0, true},
+		{"new flow to a draining rule", syn("100.64.9.3", benchVIPIPIP), dataplane.VerdictDrop, dataplane.ReasonVIPDraining, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := decide(tc.frame); d.Verdict != tc.verdict || d.Reason != tc.reason || d.NotRecorded != tc.notRecorded {
+				t.Fatalf("decision %v %v not recorded %v, want %v %v %v", d.Verdict, d.Reason, d.NotRecorded,
+					tc.verdict, tc.reason, tc.notRecorded)
+			}
+			buf := make([]byte, dataplane.Headroom+len(tc.frame)+dataplane.Headroom)
+			batch := make([]dataplane.Frame, 1)
+			allocs := testing.AllocsPerRun(200, func() {
+				copy(buf[dataplane.Headroom:], tc.frame)
+				batch[0] = dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(tc.frame)}
+				dc.Process(batch, now)
+			})
+			if batch[0].Verdict != tc.verdict || batch[0].Reason != tc.reason {
+				t.Fatalf("Process: %v %v, want %v %v", batch[0].Verdict, batch[0].Reason, tc.verdict, tc.reason)
+			}
+			if allocs != 0 {
+				t.Errorf("%v allocations per Process", allocs)
+			}
+		})
+	}
 }

@@ -189,6 +189,17 @@ func (r *reloader) apply(load func() (*config.Config, error)) error {
 		_ = r.vips.SetVIPs(oldVIPs)
 		return fmt.Errorf("control plane: %w", err)
 	}
+	// Backends earlier reloads removed that cfg has again are followed as
+	// the running file's: their records go, so that a burst of reloads
+	// taking a backend out and back keeps one record, not one a reload.
+	kept := r.removed[:0]
+	for _, rb := range r.removed {
+		if rb.cfg = removedFrom(rb.cfg, cfg).cfg; rb.cfg != nil {
+			kept = append(kept, rb)
+		}
+	}
+	clear(r.removed[len(kept):])
+	r.removed = kept
 	if gone.cfg != nil {
 		// The control plane's drains of these end by now+timeout.
 		gone.until = now + gone.timeout

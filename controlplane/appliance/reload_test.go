@@ -593,3 +593,31 @@ func TestM5_RemovedServiceBackendsFollowed(t *testing.T) {
 		t.Errorf("web's drain over: %q, want %q", got, want)
 	}
 }
+
+// TestX2_ReloadBurstKeepsRemovedBounded: a burst of reloads alternating
+// two files inside one drain, one of them without b2, keeps at most one
+// record of b2's removal: a record whose backends a later reload brings
+// back is dropped (they are followed as the running file's), so the list
+// the resolver gets at every reload does not grow with the burst.
+func TestX2_ReloadBurstKeepsRemovedBounded(t *testing.T) {
+	f := newReloadRig(t)
+	withB3 := strings.Replace(ctlConfig, `{ name = "b2", ip = "10.0.1.2" }`, `{ name = "b3", ip = "10.0.1.3" }`, 1)
+	for i := range 50 {
+		f.rig.Now = int64(i) * 100 // all inside web's 30 s drain
+		text := ctlConfig
+		if i%2 == 0 {
+			text = withB3
+		}
+		f.write(t, text+reloadDataplane)
+		if err := f.rl.reloadFile(ReloadOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(f.rl.removed); n > 1 {
+			t.Fatalf("after reload %d: %d records of removed backends, want at most 1", i+1, n)
+		}
+	}
+	// The last reload (ctlConfig) removed b3: it is still followed.
+	if len(f.rl.removed) != 1 || f.rl.removed[0].cfg.Services[0].Groups[0].Endpoints[0].IP.String() != "10.0.1.3" {
+		t.Errorf("removed %+v, want b3's removal alone", f.rl.removed)
+	}
+}

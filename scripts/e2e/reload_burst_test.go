@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -48,6 +49,20 @@ func TestX2_ReloadBurst(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		waitStatus(t, b, "the last file's backends", func(s status) bool { return slices.Equal(current(s), names[last]) })
+		// The last file's backends once every reload a SIGHUP started has
+		// ended (xlb logs each start, the counters count each end), on two
+		// reads in a row: a match seen while reloads still run could be
+		// one of the burst's, undone by a later reload of the other file.
+		settled := func() bool {
+			started := strings.Count(p.log.String(), "SIGHUP: reloading")
+			m := metrics(t, b)
+			return started > 0 && float64(started) == m["xlb_reload_success_total"]+m["xlb_reload_failure_total"]
+		}
+		waitStatus(t, b, "the last file's backends, no reload running", func(s status) bool {
+			return settled() && slices.Equal(current(s), names[last]) && settled()
+		})
+		if s := getStatus(t, b); !slices.Equal(current(s), names[last]) {
+			t.Errorf("after the reloads ended: backends %v, want %v (the file at the last signal)", current(s), names[last])
+		}
 	}
 }
