@@ -398,31 +398,36 @@ func TestChecker_Batches(t *testing.T) {
 }
 
 // TestChecker_StopsOnCancel: cancelling Run's context stops every loop,
-// probes in flight included, promptly, and leaves no goroutine of ours.
+// probes in flight included, and leaves no goroutine of ours. The probes
+// wait on a server that never answers, with a timeout (an hour) longer
+// than any test: only the cancel can end them, so a checker that left a
+// probe running would hang here until go test's timeout.
 func TestChecker_StopsOnCancel(t *testing.T) {
-	release := make(chan struct{})
+	entered, left := make(chan struct{}, 16), make(chan struct{}, 16)
 	_, ap := serve(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-r.Context().Done():
-		case <-release:
-		}
+		entered <- struct{}{}
+		<-r.Context().Done() // never answers: ends when the probe is aborted
+		left <- struct{}{}
 	}))
-	defer close(release)
-	slow := func(c *config.HealthCheck) { c.CheckInterval, c.Timeout = 2*time.Second, 2*time.Second }
-	quick := func(c *config.HealthCheck) { c.CheckInterval, c.Timeout = 20*time.Millisecond, 2*time.Second }
+	never := func(c *config.HealthCheck) { c.CheckInterval, c.Timeout = 20*time.Millisecond, time.Hour }
 	var targets []Target
 	for _, k := range []string{"a", "b", "c"} {
-		targets = append(targets, httpTarget(k, ap, quick)) // probes in flight
+		targets = append(targets, httpTarget(k, ap, never))
 	}
-	targets = append(targets, httpTarget("waiting", ap, slow)) // before its first probe, most likely
 	targets = append(targets, tcpTarget(closedPort(t), ""))
-	r := start(t, Options{MaxConcurrent: 2}, targets...)
-	time.Sleep(100 * time.Millisecond)
-	begin := time.Now()
-	r.stop(t)
-	if d := time.Since(begin); d > 500*time.Millisecond {
-		t.Errorf("Run took %v to return after the cancel", d)
+	// Two workers for the targets not known to answer (all of them): two
+	// probes hang in flight, the others wait in the queue.
+	r := start(t, Options{MaxConcurrent: 2, MaxConcurrentFailing: 2}, targets...)
+	<-entered
+	<-entered
+	r.cancel()
+	if err := <-r.done; err != nil { // no deadline: a hang is the failure
+		t.Errorf("Run: %v", err)
 	}
+	close(r.done) // for r.stop at cleanup
+	// The two requests in flight were aborted, not abandoned.
+	<-left
+	<-left
 	if err := r.c.Run(context.Background()); !errors.Is(err, ErrRunning) {
 		t.Errorf("a second Run: %v, want ErrRunning", err)
 	}
