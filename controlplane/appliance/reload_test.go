@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"xlb/config"
 	"xlb/controlplane"
@@ -379,9 +381,17 @@ func TestX2_ReloadBGP(t *testing.T) {
 // TestX2_ReloadRefusesEmpty: a file with only [dataplane] (a truncated
 // one, say) would remove every forwarding rule at once: the reload is
 // refused, nothing changes, the failure is counted with the reason; asked
-// for explicitly (--allow-empty), it applies, and the VIPs leave.
+// for explicitly (--allow-empty), it applies, and the VIPs leave, with
+// the warning the README promises (the refused one logs no such line).
 func TestX2_ReloadRefusesEmpty(t *testing.T) {
 	f := newReloadRig(t)
+	core, logs := observer.New(zapcore.DebugLevel)
+	f.rl.log = zap.New(core)
+	const allowed = "reload removes every forwarding rule, as asked (--allow-empty)"
+	rulesBefore := int64(len(f.rl.cur.Rules))
+	if rulesBefore == 0 {
+		t.Fatal("the rig runs no forwarding rule: nothing to remove")
+	}
 	gen := f.rig.CP.Snapshot().Gen
 	f.write(t, reloadDataplane)
 	err := f.rl.reloadFile(ReloadOptions{})
@@ -394,8 +404,16 @@ func TestX2_ReloadRefusesEmpty(t *testing.T) {
 	if rep := f.rl.report(); rep.Failure != 1 || rep.Last == nil || rep.Last.OK || !strings.Contains(strings.Join(rep.Last.Errors, " "), "--allow-empty") {
 		t.Errorf("report %+v last %+v", rep, rep.Last)
 	}
+	if n := logs.FilterMessage(allowed).Len(); n != 0 {
+		t.Errorf("the refused reload logged %q %d time(s)", allowed, n)
+	}
 	if err := f.rl.reloadFile(ReloadOptions{AllowEmpty: true}); err != nil {
 		t.Fatalf("--allow-empty: %v", err)
+	}
+	if got := logs.FilterMessage(allowed).All(); len(got) != 1 || got[0].Level != zapcore.WarnLevel {
+		t.Errorf("--allow-empty logged %+v, want one warning %q", got, allowed)
+	} else if m := got[0].ContextMap(); m["file"] != f.file || m["rules_before"] != rulesBefore {
+		t.Errorf("the --allow-empty warning has fields %v, want file %s and rules_before %d", m, f.file, rulesBefore)
 	}
 	// web's rule drains 30 s (M5): its VIP leaves when that ends.
 	if last := f.calls[len(f.calls)-1]; last != "vips [203.0.113.10] []" {
