@@ -58,8 +58,15 @@ func ParseState(b []byte) (*State, error) {
 	if s.Format != StateFormat {
 		return nil, fmt.Errorf("state format %d, this binary's is %d", s.Format, StateFormat)
 	}
-	if n := len(s.Gens); n > 0 && dataplane.MakeRef(uint32(n-1), 0).Slot() != uint32(n-1) {
-		return nil, fmt.Errorf("%d slots: more than a ref can name", n)
+	if n := len(s.Gens); n > dataplane.MaxBackendSlots {
+		return nil, fmt.Errorf("%d slots: more than a ref can name (%d)", n, dataplane.MaxBackendSlots)
+	}
+	// A generation a ref cannot carry would be truncated by MakeRef, and
+	// the backend would take over the entries of an older one.
+	for slot, g := range s.Gens {
+		if g > dataplane.MaxGeneration {
+			return nil, fmt.Errorf("slot %d: generation %d, more than a ref can carry (%d)", slot, g, dataplane.MaxGeneration)
+		}
 	}
 	slots, names := map[uint32]bool{}, map[svcIP]bool{}
 	for _, b := range s.Backends {

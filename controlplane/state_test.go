@@ -168,6 +168,16 @@ func TestParseState_Refuses(t *testing.T) {
 		"same slot":  `{"format":1,"generations":[0],"backends":[{"service":"web","ip":"10.0.1.1","slot":0,"generation":0},{"service":"web","ip":"10.0.1.2","slot":0,"generation":0}]}`,
 		"same name":  `{"format":1,"generations":[0,0],"backends":[{"service":"web","ip":"10.0.1.1","slot":0,"generation":0},{"service":"web","ip":"10.0.1.1","slot":1,"generation":0}]}`,
 		"same id":    `{"format":1,"services":[{"name":"a","id":1},{"name":"b","id":1}]}`,
+		// Beyond what a ref carries: MakeRef would truncate it.
+		"generation too big":      fmt.Sprintf(`{"format":1,"generations":[%d],"backends":[{"service":"web","ip":"10.0.1.1","slot":0,"generation":%[1]d}]}`, dataplane.MaxGeneration+1),
+		"free generation too big": fmt.Sprintf(`{"format":1,"generations":[0,%d],"backends":[{"service":"web","ip":"10.0.1.1","slot":0,"generation":0}]}`, uint32(1)<<31),
+		"too many slots":          `{"format":1,"generations":[` + strings.Repeat("0,", dataplane.MaxBackendSlots) + `0]}`,
+		// Beyond the fields' types: refused by the decoder, never wrapped.
+		"service id":   `{"format":1,"services":[{"name":"a","id":65536}]}`,
+		"next service": `{"format":1,"next_service":65536}`,
+		"slot too big": `{"format":1,"generations":[0],"backends":[{"service":"web","ip":"10.0.1.1","slot":4294967296,"generation":0}]}`,
+		"negative gen": `{"format":1,"generations":[-1]}`,
+		"weight state": `{"format":1,"generations":[0],"backends":[{"service":"web","ip":"10.0.1.1","slot":0,"generation":0,"weight_state":4}]}`,
 	}
 	for name, text := range cases {
 		if _, err := controlplane.ParseState([]byte(text)); err == nil {
@@ -176,6 +186,16 @@ func TestParseState_Refuses(t *testing.T) {
 	}
 	if _, err := controlplane.ParseState([]byte(`{"format":1,"generations":[0],"backends":[{"service":"web","ip":"10.0.1.1","slot":0,"generation":0}]}`)); err != nil {
 		t.Errorf("a consistent state refused: %v", err)
+	}
+	// The bounds themselves are in range.
+	top := fmt.Sprintf(`{"format":1,"next_service":65535,"services":[{"name":"web","id":65535}],"generations":[`+strings.Repeat("0,", dataplane.MaxBackendSlots-1)+`%d],"backends":[{"service":"web","ip":"10.0.1.1","slot":%d,"generation":%[1]d,"weight_state":3}]}`,
+		dataplane.MaxGeneration, dataplane.MaxBackendSlots-1)
+	st, err := controlplane.ParseState([]byte(top))
+	if err != nil {
+		t.Fatalf("a state at every bound refused: %v", err)
+	}
+	if b := st.Backends[0]; b.Gen != dataplane.MaxGeneration || b.Slot != dataplane.MaxBackendSlots-1 {
+		t.Errorf("a state at every bound read as slot %d generation %d", b.Slot, b.Gen)
 	}
 }
 

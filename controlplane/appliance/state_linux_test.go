@@ -9,10 +9,11 @@ import (
 	"go.uber.org/zap"
 
 	"xlb/controlplane"
+	"xlb/dataplane"
 )
 
 // TestKeeper_SaveLoad: the state saved for a table loads back for that
-// table only; a missing or foreign state is an error (the caller then
+// table only; a missing, foreign or out-of-range state is an error (the caller then
 // empties the table rather than resolve its refs wrongly).
 func TestKeeper_SaveLoad(t *testing.T) {
 	dir := t.TempDir()
@@ -42,5 +43,14 @@ func TestKeeper_SaveLoad(t *testing.T) {
 	}
 	if _, err := k.load(); err == nil {
 		t.Fatal("a truncated state loaded")
+	}
+	// A generation beyond what a ref carries is refused, not truncated.
+	big := st
+	big.Gens = []uint32{0, dataplane.MaxGeneration + 1}
+	big.Backends = []controlplane.BackendRecord{st.Backends[0]}
+	big.Backends[0].Gen = dataplane.MaxGeneration + 1
+	k.save(big)
+	if got, err := k.load(); err == nil {
+		t.Fatalf("a state with generation %d loaded: %+v", dataplane.MaxGeneration+1, got)
 	}
 }
