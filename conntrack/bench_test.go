@@ -13,7 +13,8 @@ import (
 // which the hash scatters over the whole table, so each lookup pays the
 // cache misses it would pay in production. Insert keeps adding new keys on
 // top of the prefill, so long runs measure a table that is full and
-// evicting (X3), the steady state under churn.
+// evicting (X3), the steady state under churn. Delete runs last, on the
+// keys then present.
 func BenchmarkTable(b *testing.B) {
 	benchTable(b, []int{1 << 20, 1 << 22}, func(size int) *Table { return mustNew(b, size) })
 }
@@ -97,6 +98,31 @@ func benchTable(b *testing.B, sizes []int, mk func(size int) *Table) {
 					k := key5(i)
 					tab.Upsert(&k, val(i), 2)
 					i++
+				}
+			})
+			b.Run("delete", func(b *testing.B) {
+				// Every key present is deleted once; when all were, they
+				// are put back, untimed, and deleted again.
+				var present []Key
+				tab.Range(2, func(k Key, _ Entry) bool { present = append(present, k); return true })
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					if !tab.Delete(&present[i]) {
+						b.Fatal("not found")
+					}
+					if i++; i == len(present) {
+						b.StopTimer()
+						for j := range present {
+							tab.Upsert(&present[j], val(j), 2)
+						}
+						present = slices.DeleteFunc(present, func(k Key) bool {
+							_, ok := tab.Lookup(&k, 2)
+							return !ok
+						})
+						i = 0
+						b.StartTimer()
+					}
 				}
 			})
 		})

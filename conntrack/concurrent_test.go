@@ -2,6 +2,7 @@ package conntrack
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -166,4 +167,86 @@ func TestConcurrentLookupDuringMove(t *testing.T) {
 	if s := tab.Stats(); misses > 0 || s.Moves == 0 {
 		t.Errorf("%d kept keys missed while in the table (moves %d, evictions %d): want 0, with moves", misses, s.Moves, s.Evictions)
 	}
+}
+
+// TestConcurrentDeleteDuringMove: Delete removes a key that is in the
+// table even while makeRoom moves it between its buckets. As in
+// TestConcurrentLookupDuringMove, one writer churns older keys through a
+// tiny table so that pairs fill and keys move; another deletes kept keys,
+// checks each is gone, and puts it back. Kept keys are fewer than a
+// bucket's slots and used after the churned ones, so no bucket is ever all
+// kept keys and none is evicted: every Delete of one must report it, and
+// one that does not leaves the key in the table (a flow the engine meant
+// to drop stays tracked). A home's spill bit stays set once a key of it
+// spilled, and a Delete that sees it set takes both buckets' locks; the
+// moves that matter are those that set it, so each round starts a fresh
+// table and ends once every kept key's home spilled.
+func TestConcurrentDeleteDuringMove(t *testing.T) {
+	deletes := 2_000_000
+	if testing.Short() || raceBuild {
+		deletes = 200_000
+	}
+	const nkept = slotsPerBucket - 1
+	kept := make([]Key, nkept)
+	for i := range kept {
+		kept[i] = key5(i)
+	}
+	lost, stayed, rounds := 0, 0, 0
+	var moves uint64
+	for n := 0; n < deletes; rounds++ {
+		tab := newTable(4)
+		for i := range kept {
+			tab.Upsert(&kept[i], Value{Backend: 1, IdleSec: MaxIdleSec}, 1000)
+		}
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			var window [4*slotsPerBucket - nkept]Key // the table's capacity in all
+			for n := 0; !stop.Load(); n++ {
+				k := &window[n%len(window)]
+				if *k != (Key{}) {
+					tab.Delete(k)
+				}
+				*k = key5(1000 + n)
+				// Used before the kept keys: evicted before them.
+				tab.Upsert(k, Value{Backend: 2, IdleSec: MaxIdleSec}, 1)
+				runtime.Gosched() // with one P, the deleter runs between moves
+			}
+		})
+		for end := min(n+250, deletes); n < end; n++ {
+			if n%len(kept) == 0 && allSpilled(tab, kept) {
+				break
+			}
+			k := &kept[n%len(kept)]
+			if !tab.Delete(k) {
+				lost++
+			}
+			// Only this goroutine writes kept keys: none may be found now.
+			if _, ok := tab.Lookup(k, 2000); ok {
+				stayed++
+			}
+			tab.Upsert(k, Value{Backend: 1, IdleSec: MaxIdleSec}, 1000)
+			runtime.Gosched() // with one P, the writer runs between deletes
+		}
+		stop.Store(true)
+		wg.Wait()
+		moves += tab.Stats().Moves
+	}
+	t.Logf("%d deletes in %d tables, %d moves", deletes, rounds, moves)
+	if lost > 0 || stayed > 0 || moves == 0 {
+		t.Errorf("of %d deletes of kept keys, %d reported no entry and %d left the key found (%d moves in %d tables): want 0, with moves",
+			deletes, lost, stayed, moves, rounds)
+	}
+}
+
+// allSpilled reports whether the home of every key of keys in its first
+// bucket has its spill bit set.
+func allSpilled(tab *Table, keys []Key) bool {
+	for i := range keys {
+		h := tab.Hint(&keys[i])
+		if h.bi != h.bi2 && tab.buckets[h.bi].slots[h.home].hdr.Load()&spillBit == 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -710,30 +710,40 @@ func (t *Table) Delete(k *Key) bool {
 	h := t.Hint(k)
 	var w keyWords
 	w.from(k)
-	b1, b2 := &t.buckets[h.bi], &t.buckets[h.bi2]
-	home, home2 := int(h.home), int(h.home2)
-	// A spill bit set after this read belongs to an Upsert that ran after
-	// this Delete.
-	bi2 := h.bi
-	if b1.slots[home].hdr.Load()&spillBit != 0 {
-		bi2 = h.bi2
+	b1 := &t.buckets[h.bi]
+	// Under its first bucket's lock, a home whose spill bit is clear has no
+	// key in the second bucket, and none can move there: every writer sets
+	// the bit under this lock before it writes a key there (place,
+	// makeRoom), and it stays set. Read before the lock, it could be set by
+	// a move of k itself in between (k then missed, and left in the table).
+	b1.lock()
+	if h.bi2 == h.bi || b1.slots[h.home].hdr.Load()&spillBit == 0 {
+		ok := t.remove(h, &w, false)
+		b1.unlock()
+		return ok
 	}
-	t.lockPair(h.bi, bi2)
-	defer t.unlockPair(h.bi, bi2)
-	b, i := b1, b1.find(home, 0, &w)
-	if i >= 0 {
-		b.clear(i)
-		b.fitReach(home)
-	} else if bi2 != h.bi {
-		b, i = b2, b2.find(home2, altBit, &w)
-		if i < 0 {
-			return false
-		}
-		b.clear(i)
-		b.fitReach(home2)
-	} else {
+	b1.unlock()
+	// k may be in either bucket, and makeRoom may move it between them
+	// unless both locks are held: take them in lockPair's order, as Upsert.
+	t.lockPair(h.bi, h.bi2)
+	defer t.unlockPair(h.bi, h.bi2)
+	return t.remove(h, &w, true)
+}
+
+// remove clears w's slot, in its first bucket or (both) its second, under
+// the locks of the buckets it looks in.
+func (t *Table) remove(h Hint, w *keyWords, both bool) bool {
+	b, home := &t.buckets[h.bi], int(h.home)
+	i := b.find(home, 0, w)
+	if i < 0 && both {
+		b, home = &t.buckets[h.bi2], int(h.home2)
+		i = b.find(home, altBit, w)
+	}
+	if i < 0 {
 		return false
 	}
+	b.clear(i)
+	b.fitReach(home)
 	t.stats[h.bi&uint64(len(t.stats)-1)].deletes.Add(1)
 	return true
 }
@@ -793,7 +803,7 @@ func (t *Table) Range(now int64, fn func(k Key, e Entry) bool) {
 // written at its new place before it is cleared at its old one, so a
 // reader finds it at one or the other: LookupHint reads the spill bit after
 // its first probe and, on a miss in the second bucket, probes the first
-// again.
+// again. Delete reads the bit under the first bucket's lock.
 func (t *Table) makeRoom(b *bucket) int {
 	for i := range slotsPerBucket {
 		s := &b.slots[i]
