@@ -88,21 +88,7 @@ func TestProcessDoesNotAllocate(t *testing.T) {
 			if tc.verdict == dataplane.VerdictForward && (d.Track != tc.track || d.ICMPSteered != tc.steered) {
 				t.Fatalf("track %v steered %v, want %v %v", d.Track, d.ICMPSteered, tc.track, tc.steered)
 			}
-			buf := make([]byte, dataplane.Headroom+len(tc.frame)+dataplane.Headroom)
-			batch := make([]dataplane.Frame, 1)
-			now := benchClock()
-			allocs := testing.AllocsPerRun(200, func() {
-				// The rewrite works in place: start from the received frame.
-				copy(buf[dataplane.Headroom:], tc.frame)
-				batch[0] = dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(tc.frame)}
-				dc.Process(batch, now)
-			})
-			if batch[0].Verdict != tc.verdict || batch[0].Reason != tc.reason {
-				t.Fatalf("Process: %v %v, want %v %v", batch[0].Verdict, batch[0].Reason, tc.verdict, tc.reason)
-			}
-			if allocs != 0 {
-				t.Errorf("%v allocations per Process", allocs)
-			}
+			processAllocs(t, dc, tc.frame, benchClock(), tc.verdict, tc.reason)
 		})
 	}
 }
@@ -177,19 +163,28 @@ func TestProcessDoesNotAllocate_FloodAndDrainPaths(t *testing.T) {
 				t.Fatalf("decision %v %v not recorded %v, want %v %v %v", d.Verdict, d.Reason, d.NotRecorded,
 					tc.verdict, tc.reason, tc.notRecorded)
 			}
-			buf := make([]byte, dataplane.Headroom+len(tc.frame)+dataplane.Headroom)
-			batch := make([]dataplane.Frame, 1)
-			allocs := testing.AllocsPerRun(200, func() {
-				copy(buf[dataplane.Headroom:], tc.frame)
-				batch[0] = dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(tc.frame)}
-				dc.Process(batch, now)
-			})
-			if batch[0].Verdict != tc.verdict || batch[0].Reason != tc.reason {
-				t.Fatalf("Process: %v %v, want %v %v", batch[0].Verdict, batch[0].Reason, tc.verdict, tc.reason)
-			}
-			if allocs != 0 {
-				t.Errorf("%v allocations per Process", allocs)
-			}
+			processAllocs(t, dc, tc.frame, now, tc.verdict, tc.reason)
 		})
+	}
+}
+
+// processAllocs runs frame through dc.Process again and again, as a worker
+// would (the rewrite works in place: each run starts from the received
+// frame), and fails t unless the verdict is verdict/reason and no run
+// allocates.
+func processAllocs(t *testing.T, dc *dataplane.Decider, frame []byte, now int64, verdict dataplane.Verdict, reason dataplane.Reason) {
+	t.Helper()
+	buf := make([]byte, dataplane.Headroom+len(frame)+dataplane.Headroom)
+	batch := make([]dataplane.Frame, 1)
+	allocs := testing.AllocsPerRun(200, func() {
+		copy(buf[dataplane.Headroom:], frame)
+		batch[0] = dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(frame)}
+		dc.Process(batch, now)
+	})
+	if batch[0].Verdict != verdict || batch[0].Reason != reason {
+		t.Fatalf("Process: %v %v, want %v %v", batch[0].Verdict, batch[0].Reason, verdict, reason)
+	}
+	if allocs != 0 {
+		t.Errorf("%v allocations per Process", allocs)
 	}
 }
