@@ -12,23 +12,19 @@ func (t *Table) FileID() uint64 { return t.fileID }
 // (odd sequence: its words may be a mix of two entries) cleared, and every
 // home's reach fitted to the keys that remain (a writer killed between
 // storing an entry and widening its home's reach would otherwise leave it
-// out of lookups). The entries found count as inserts, so that Len starts
-// right. It returns how many slots it cleared. No concurrent use.
+// out of lookups), and the counters recounted (recount). It returns how
+// many slots it cleared. No concurrent use.
 func (t *Table) repair() (torn int) {
 	for bi := range t.buckets {
 		b := &t.buckets[bi]
-		used := 0
 		for i := range slotsPerBucket {
 			h := b.slots[i].hdr.Load()
-			switch {
-			case hdrSeq(h)&1 != 0:
+			if hdrSeq(h)&1 != 0 {
 				// seq+1: even again, and different from what any
 				// reader saw.
 				// What the slot keeps as a home (reach, spill) stays.
 				b.slots[i].hdr.Store(uint64(hdrSeq(h)+1)<<32 | h&homeBits)
 				torn++
-			case h&hdrUsed != 0:
-				used++
 			}
 		}
 		for home := range slotsPerBucket {
@@ -38,8 +34,8 @@ func (t *Table) repair() (torn int) {
 		// and one of slot 0 keeps the lock bit set.
 		h0 := &b.slots[0].hdr
 		h0.Store(h0.Load() &^ lockBit)
-		t.stats[uint64(bi)&uint64(len(t.stats)-1)].inserts.Add(uint64(used))
 	}
+	t.recount()
 	return torn
 }
 
@@ -57,10 +53,11 @@ func (t *Table) Reset() {
 	}
 }
 
-// recount sets the counters to a table filled by Open's migration: the
-// entries stored count as inserts, as repair counts those it finds; what
-// the migration's Upserts counted (evictions of a smaller table, spills)
-// was the move, not traffic. No concurrent use.
+// recount sets the counters of a table another process filled (kept or
+// migrated by Open): the entries stored count as inserts, so that Len
+// starts right, and nothing else; what a migration's Upserts counted
+// (evictions of a smaller table, spills) was the move, not traffic. No
+// concurrent use.
 func (t *Table) recount() {
 	for i := range t.stats {
 		t.stats[i] = stripe{}
