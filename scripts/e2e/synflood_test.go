@@ -133,14 +133,7 @@ func (f *synFlooder) close() {
 // place.
 func ipv4HeaderChecksum(h []byte) {
 	h[10], h[11] = 0, 0
-	var sum uint32
-	for i := 0; i < len(h); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	for sum > 0xffff {
-		sum = sum&0xffff + sum>>16
-	}
-	binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
+	binary.BigEndian.PutUint16(h[10:], packet.Checksum(h, 0))
 }
 
 // linkStats are an interface's counters as `ip -s link` reads them:
