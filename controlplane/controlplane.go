@@ -143,6 +143,7 @@ type backendState struct {
 	ref      dataplane.BackendRef
 	service  string
 	ep       config.Endpoint
+	method   config.ForwardingMethod // its service's
 	group    string
 	failover bool
 
@@ -255,7 +256,7 @@ func (c *ControlPlane) Apply(cfg *config.Config, now int64) (Diff, error) {
 					d.BackendsAdded = append(d.BackendsAdded, ep.Name)
 				}
 				b := c.slots[slot]
-				b.ep, b.group, b.failover = ep, g.Name, g.Failover
+				b.ep, b.method, b.group, b.failover = ep, s.ForwardingMethod, g.Name, g.Failover
 				kept[slot] = true
 				st.members = append(st.members, slot)
 			}
@@ -451,6 +452,38 @@ func (c *ControlPlane) VIPs(now int64) (vips []netip.Addr, drainEnd int64) {
 		}
 	}
 	return vips, drainEnd
+}
+
+// Draining returns the backends still draining at now (removed by a
+// reload or an operator, M5), whose tracked flows are still sent to them,
+// as a configuration of their own for the neighbour resolver: each under
+// its service, with its forwarding method, in slot order (nil: none). It
+// also returns when the first of those drains ends (0: none).
+func (c *ControlPlane) Draining(now int64) (cfg *config.Config, drainEnd int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	index := map[string]int{}
+	for _, b := range c.slots {
+		if b == nil || !b.removed || now >= b.drainUntil {
+			continue
+		}
+		if cfg == nil {
+			cfg = &config.Config{}
+		}
+		i, ok := index[b.service]
+		if !ok {
+			i = len(cfg.Services)
+			index[b.service] = i
+			cfg.Services = append(cfg.Services, config.Service{Name: b.service, ForwardingMethod: b.method,
+				Groups: []config.Group{{}}})
+		}
+		g := &cfg.Services[i].Groups[0]
+		g.Endpoints = append(g.Endpoints, b.ep)
+		if drainEnd == 0 || b.drainUntil < drainEnd {
+			drainEnd = b.drainUntil
+		}
+	}
+	return cfg, drainEnd
 }
 
 // reap frees the slots of removed backends whose draining is over; their

@@ -47,6 +47,12 @@ type (
 	vipLister interface {
 		VIPs(now int64) (vips []netip.Addr, drainEnd int64)
 	}
+	// drainLister is the control plane's list of the backends it still
+	// drains (removed by a reload or an operator, M5), as a configuration
+	// of their own (nil: none), and when the first of those drains ends.
+	drainLister interface {
+		Draining(now int64) (cfg *config.Config, drainEnd int64)
+	}
 )
 
 // reloader applies a new configuration (X2) and keeps the count and the
@@ -69,11 +75,11 @@ type reloader struct {
 
 	mu  sync.Mutex
 	cur *config.Config
-	// removed are the backends reloads removed, each reload's until the
-	// last of the drains it started ends: a tracked flow is still sent to
+	// draining is what the resolver was last given of the backends the
+	// control plane drains (drainLister): a tracked flow is still sent to
 	// a removed backend while it drains (M5), so the resolver keeps its
-	// MAC until then, through any number of reloads. Oldest first.
-	removed  []removedBackends
+	// MAC until then, through any number of reloads.
+	draining []string
 	ok, fail uint64
 	last     *admin.LastReload
 	// inMap is what the XDP program's VIP map holds (nil: the running
@@ -168,9 +174,10 @@ func (r *reloader) apply(load func() (*config.Config, error)) error {
 	// healthy as it was; were the resolver to forget them, their frames
 	// would be dropped (backend-not-ready) until it had resolved them
 	// again.
-	r.pruneRemoved(r.now())
-	gone := removedFrom(r.cur, cfg)
-	r.neigh.Want(append(append([]*config.Config{cfg}, r.removedConfigs()...), gone.cfg)...)
+	// Those this reload removes are the running file's until the control
+	// plane drains them.
+	dr, _ := r.drainingNow(r.now())
+	r.neigh.Want(cfg, dr, r.cur)
 	targets, feeds := healthTargets(cfg)
 	if err := r.hc.Set(targets); err != nil {
 		r.neigh.Want(r.followed()...)
@@ -189,22 +196,11 @@ func (r *reloader) apply(load func() (*config.Config, error)) error {
 		_ = r.vips.SetVIPs(oldVIPs)
 		return fmt.Errorf("control plane: %w", err)
 	}
-	// Backends earlier reloads removed that cfg has again are followed as
-	// the running file's: their records go, so that a burst of reloads
-	// taking a backend out and back keeps one record, not one a reload.
-	kept := r.removed[:0]
-	for _, rb := range r.removed {
-		if rb.cfg = removedFrom(rb.cfg, cfg).cfg; rb.cfg != nil {
-			kept = append(kept, rb)
-		}
-	}
-	clear(r.removed[len(kept):])
-	r.removed = kept
-	if gone.cfg != nil {
-		// The control plane's drains of these end by now+timeout.
-		gone.until = now + gone.timeout
-		r.removed = append(r.removed, gone)
-	}
+	// What the resolver now follows, between reloads: cfg's backends and
+	// the control plane's draining ones, this reload's removals among
+	// them.
+	dr, _ = r.drainingNow(now)
+	r.draining = endpointsOf(dr)
 	// Results of the new targets count from here on (until now they were
 	// dropped; the checker reports every probe, so none is lost for good).
 	r.feeds.Store(&feeds)
@@ -230,7 +226,7 @@ func (r *reloader) apply(load func() (*config.Config, error)) error {
 		r.inMap = keep
 	}
 	r.cur = cfg
-	r.scheduleReap(r.nextEnd(drainEnd))
+	r.scheduleReap(r.nextEnd(now, drainEnd))
 	r.ok++
 	r.last = &admin.LastReload{At: at.UTC().Format(time.RFC3339Nano), OK: true,
 		ServicesAdded: d.ServicesAdded, ServicesRemoved: d.ServicesRemoved,
@@ -280,8 +276,9 @@ func (r *reloader) reap() {
 		return
 	}
 	now := r.now()
-	if r.pruneRemoved(now) {
-		r.neigh.Want(r.followed()...)
+	if dr, _ := r.drainingNow(now); !slices.Equal(endpointsOf(dr), r.draining) {
+		r.draining = endpointsOf(dr)
+		r.neigh.Want(r.cur, dr)
 	}
 	var drainEnd int64
 	if l, ok := r.cp.(vipLister); ok {
@@ -296,95 +293,47 @@ func (r *reloader) reap() {
 			}
 		}
 	}
-	r.scheduleReap(r.nextEnd(drainEnd))
+	r.scheduleReap(r.nextEnd(now, drainEnd))
 }
 
-// removedBackends are the backends one reload removed, as a configuration
-// of their own (each under its service, with its forwarding method), and
-// the longest drain that reload gave any of them.
-type removedBackends struct {
-	cfg     *config.Config // nil: none removed
-	timeout int64          // ms
-	until   int64          // control plane time (ms): the drains are over
-}
-
-// removedFrom lists the endpoints of old that cfg lacks as the resolver
-// knows them (address, forwarding method, configured MAC), and the longest
-// drain the control plane gives them: a service's timeout in cfg, or in
-// old for one cfg removes (its backends and its rules drain on that, M5);
-// the longer of the two covers both.
-func removedFrom(old, cfg *config.Config) removedBackends {
-	type endpoint struct {
-		ip     netip.Addr
-		method config.ForwardingMethod
-		mac    [6]byte
-		hasMAC bool
+// drainingNow is the control plane's drainLister answer (nil, 0 without
+// one).
+func (r *reloader) drainingNow(now int64) (*config.Config, int64) {
+	if l, ok := r.cp.(drainLister); ok {
+		return l.Draining(now)
 	}
-	keep := map[endpoint]bool{}
-	timeouts := make(map[string]time.Duration, len(cfg.Services))
+	return nil, 0
+}
+
+// endpointsOf lists the addresses of cfg's endpoints (none for nil), to
+// tell whether what the resolver follows changed.
+func endpointsOf(cfg *config.Config) []string {
+	if cfg == nil {
+		return nil
+	}
+	var out []string
 	for _, s := range cfg.Services {
-		timeouts[s.Name] = s.DrainingTimeout
 		for _, g := range s.Groups {
 			for _, ep := range g.Endpoints {
-				keep[endpoint{ep.IP, s.ForwardingMethod, ep.MAC, ep.HasMAC}] = true
+				out = append(out, s.Name+"/"+ep.IP.String())
 			}
 		}
 	}
-	var rb removedBackends
-	for _, s := range old.Services {
-		var eps []config.Endpoint
-		for _, g := range s.Groups {
-			for _, ep := range g.Endpoints {
-				if !keep[endpoint{ep.IP, s.ForwardingMethod, ep.MAC, ep.HasMAC}] {
-					eps = append(eps, ep)
-				}
-			}
-		}
-		if len(eps) == 0 {
-			continue
-		}
-		if rb.cfg == nil {
-			rb.cfg = &config.Config{Path: old.Path}
-		}
-		rb.cfg.Services = append(rb.cfg.Services, config.Service{Name: s.Name,
-			ForwardingMethod: s.ForwardingMethod, DrainingTimeout: s.DrainingTimeout,
-			Groups: []config.Group{{Endpoints: eps}}})
-		rb.timeout = max(rb.timeout, s.DrainingTimeout.Milliseconds(), timeouts[s.Name].Milliseconds())
-	}
-	return rb
-}
-
-// pruneRemoved forgets the removed backends whose drains are over at now
-// and reports whether any were; r.mu is held.
-func (r *reloader) pruneRemoved(now int64) bool {
-	n := len(r.removed)
-	r.removed = slices.DeleteFunc(r.removed, func(rb removedBackends) bool { return now >= rb.until })
-	return len(r.removed) != n
-}
-
-// removedConfigs are the backends of r.removed; r.mu is held.
-func (r *reloader) removedConfigs() []*config.Config {
-	cfgs := make([]*config.Config, len(r.removed))
-	for i, rb := range r.removed {
-		cfgs[i] = rb.cfg
-	}
-	return cfgs
+	return out
 }
 
 // followed is what the resolver follows between reloads: the running
-// configuration's backends and the removed ones still draining; r.mu is
-// held.
+// configuration's backends and the draining ones; r.mu is held.
 func (r *reloader) followed() []*config.Config {
-	return append([]*config.Config{r.cur}, r.removedConfigs()...)
+	dr, _ := r.drainingNow(r.now())
+	return []*config.Config{r.cur, dr}
 }
 
 // nextEnd is the earlier of drainEnd (the next removed rule's, 0: none)
-// and the next end of a removed backend's drain; r.mu is held.
-func (r *reloader) nextEnd(drainEnd int64) int64 {
-	for _, rb := range r.removed {
-		if drainEnd == 0 || rb.until < drainEnd {
-			drainEnd = rb.until
-		}
+// and the next end of a backend's drain; r.mu is held.
+func (r *reloader) nextEnd(now, drainEnd int64) int64 {
+	if _, end := r.drainingNow(now); end != 0 && (drainEnd == 0 || end < drainEnd) {
+		return end
 	}
 	return drainEnd
 }
