@@ -15,6 +15,9 @@ type Stats struct {
 	Moves             uint64 // keys moved to their other bucket to make room instead of evicting
 	Reclaimed         uint64 // expired entries whose slot was reused
 	Deletes           uint64 // entries removed by Delete
+	// Refused counts new half-open keys not stored because both their
+	// buckets held only live established entries (Upsert returned Refused).
+	Refused uint64
 }
 
 // statStripes spreads the counters so that writers of different buckets
@@ -25,14 +28,14 @@ const statStripes = 64
 // statStripes), padded to two cache lines.
 type stripe struct {
 	inserts, updates, evictions, reclaimed, deletes atomic.Uint64
-	evictionsHalfOpen, spills, moves                atomic.Uint64
+	evictionsHalfOpen, spills, moves, refused       atomic.Uint64
 	// roomless: how many more full pairs of this stripe skip makeRoom. A
 	// search that found no key to move says the table is about full; the
 	// next ones would likely fail too, at 16 hashes and up to 128
 	// header reads each, so only one pair in roomSkip+1 searches until one
 	// succeeds again.
 	roomless atomic.Uint64
-	_        [56]byte
+	_        [48]byte
 }
 
 const roomSkip = 3
@@ -68,6 +71,7 @@ func (t *Table) Stats() Stats {
 		s.EvictionsHalfOpen += st.evictionsHalfOpen.Load()
 		s.Spills += st.spills.Load()
 		s.Moves += st.moves.Load()
+		s.Refused += st.refused.Load()
 	}
 	return s
 }

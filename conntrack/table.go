@@ -30,9 +30,13 @@ type Value struct {
 	Backend uint32 // opaque stable backend reference chosen by the caller
 	Side    uint8  // side of the eligible set when recorded (SPEC E5)
 	IdleSec uint32 // idle timeout in seconds (M1); clamped to [1, MaxIdleSec]
-	// HalfOpen marks an entry that has seen only a connection's SYN. A
-	// full table evicts such entries before any other live one, so that a
-	// SYN flood displaces its own entries and not established connections.
+	// HalfOpen marks an entry on probation: its flow has shown one packet
+	// (a TCP SYN, or the first packet of a flow the table did not know)
+	// and no evidence yet that it is real. A full table evicts such
+	// entries before any other live one, and a new half-open entry never
+	// displaces an established one (Upsert returns Refused instead), so
+	// that a flood of SYNs or of forged mid-flow packets displaces only its
+	// own entries.
 	HalfOpen bool
 }
 
@@ -78,6 +82,9 @@ const (
 	Inserted InsertResult = iota + 1 // new key (into a free or expired slot)
 	Updated                          // key existed and was live; overwritten in place
 	Evicted                          // new key took the slot of another live entry (X3)
+	// Refused: a half-open key found both its buckets full of live
+	// established entries and was not stored (X3: not created, counted).
+	Refused
 )
 
 func (r InsertResult) String() string {
@@ -88,6 +95,8 @@ func (r InsertResult) String() string {
 		return "updated"
 	case Evicted:
 		return "evicted"
+	case Refused:
+		return "refused"
 	}
 	return fmt.Sprintf("InsertResult(%d)", uint8(r))
 }
@@ -592,9 +601,11 @@ func (b *bucket) update(i, home int, alt uint64, val uint64, now int64, st *stri
 // Upsert creates or overwrites the entry for k, last used at now. A new key
 // goes into its first bucket, else its second; when both are full it
 // reuses an expired slot, else evicts a live entry (X3): a half-open one
-// if either bucket holds one, else the least recently used. It never
-// fails. Overwriting an expired entry of k itself counts as a new insert
-// (and a reclaimed slot). No allocation.
+// if either bucket holds one, else the least recently used established
+// one — unless v is half-open itself: then k is not stored and Upsert
+// returns Refused. An existing key is always overwritten. Overwriting an
+// expired entry of k itself counts as a new insert (and a reclaimed
+// slot). No allocation.
 func (t *Table) Upsert(k *Key, v Value, now int64) InsertResult {
 	return t.UpsertHint(k, t.Hint(k), v, now)
 }
@@ -646,58 +657,79 @@ func (t *Table) place(h Hint, w *keyWords, val uint64, now int64, st *stripe) In
 			return b2.update(i, home2, altBit, val, now, st)
 		}
 	}
-	st.inserts.Add(1)
 	if i := b1.free(home); i >= 0 {
+		st.inserts.Add(1)
 		b1.put(i, home, 0, w, val, now)
 		return Inserted
 	}
 	v1 := b1.victim(now)
 	if v1.dead {
+		st.inserts.Add(1)
 		b1.replace(v1.i, home, 0, w, val, now)
 		st.reclaimed.Add(1)
 		return Inserted
 	}
-	if two {
-		if i := b2.free(home2); i >= 0 {
+	// A newcomer on probation never displaces an established entry: a
+	// flood of SYNs or of mid-flow packets from forged sources can only
+	// evict its own kind.
+	half := val&halfOpen != 0
+	if !two {
+		if half && !v1.half {
+			st.refused.Add(1)
+			return Refused
+		}
+		st.inserts.Add(1)
+		b1.replace(v1.i, home, 0, w, val, now)
+		st.evicted(v1.half)
+		return Evicted
+	}
+	if i := b2.free(home2); i >= 0 {
+		st.inserts.Add(1)
+		b1.setSpill(home)
+		b2.put(i, home2, altBit, w, val, now)
+		st.spills.Add(1)
+		return Inserted
+	}
+	v2 := b2.victim(now)
+	if v2.dead {
+		st.inserts.Add(1)
+		b1.setSpill(home)
+		b2.replace(v2.i, home2, altBit, w, val, now)
+		st.spills.Add(1)
+		st.reclaimed.Add(1)
+		return Inserted
+	}
+	// Both full of live entries. A half-open one goes at once;
+	// otherwise make room by moving one of the sixteen keys to its
+	// other bucket, and evict only when none can move.
+	if !v1.half && !v2.half && st.tryRoom() {
+		if i := t.makeRoom(b1); i >= 0 {
+			st.inserts.Add(1)
+			b1.put(i, home, 0, w, val, now)
+			st.moves.Add(1)
+			return Inserted
+		}
+		if i := t.makeRoom(b2); i >= 0 {
+			st.inserts.Add(1)
 			b1.setSpill(home)
 			b2.put(i, home2, altBit, w, val, now)
 			st.spills.Add(1)
+			st.moves.Add(1)
 			return Inserted
 		}
-		v2 := b2.victim(now)
-		if v2.dead {
-			b1.setSpill(home)
-			b2.replace(v2.i, home2, altBit, w, val, now)
-			st.spills.Add(1)
-			st.reclaimed.Add(1)
-			return Inserted
-		}
-		// Both full of live entries. A half-open one goes at once;
-		// otherwise make room by moving one of the sixteen keys to its
-		// other bucket, and evict only when none can move.
-		inB2 := v2.before(v1)
-		if !v1.half && !v2.half && st.tryRoom() {
-			if i := t.makeRoom(b1); i >= 0 {
-				b1.put(i, home, 0, w, val, now)
-				st.moves.Add(1)
-				return Inserted
-			}
-			if i := t.makeRoom(b2); i >= 0 {
-				b1.setSpill(home)
-				b2.put(i, home2, altBit, w, val, now)
-				st.spills.Add(1)
-				st.moves.Add(1)
-				return Inserted
-			}
-			st.roomless.Store(roomSkip)
-		}
-		if inB2 {
-			b1.setSpill(home)
-			b2.replace(v2.i, home2, altBit, w, val, now)
-			st.spills.Add(1)
-			st.evicted(v2.half)
-			return Evicted
-		}
+		st.roomless.Store(roomSkip)
+	}
+	if half && !v1.half && !v2.half {
+		st.refused.Add(1)
+		return Refused
+	}
+	st.inserts.Add(1)
+	if v2.before(v1) {
+		b1.setSpill(home)
+		b2.replace(v2.i, home2, altBit, w, val, now)
+		st.spills.Add(1)
+		st.evicted(v2.half)
+		return Evicted
 	}
 	b1.replace(v1.i, home, 0, w, val, now)
 	st.evicted(v1.half)

@@ -613,3 +613,75 @@ func TestValueHalfOpenRoundTrip(t *testing.T) {
 		t.Error("a half-open entry's timeout is not its IdleSec")
 	}
 }
+
+// TestX3_HalfOpenNeverEvictsEstablished: a new half-open key (an entry on
+// probation) that finds every slot it may take held by a live established
+// entry is not stored (Refused, counted) and displaces nothing; one that
+// finds a half-open entry evicts it; an established newcomer still evicts
+// the least recently used; a half-open overwrite of a stored key is an
+// update, refused never. Both with a single bucket and with a table whose
+// every pair is full (two buckets, no key can move).
+func TestX3_HalfOpenNeverEvictsEstablished(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tab  func() *Table
+	}{
+		{"one bucket", func() *Table { return oneBucket(t) }},
+		{"two buckets", func() *Table { return newTable(2) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tab := tc.tab()
+			n := tab.Capacity()
+			for i := range n {
+				k := key5(i)
+				if r := tab.Upsert(&k, val(i), int64(100+i)); r != Inserted {
+					t.Fatalf("filling key %d: %v", i, r)
+				}
+			}
+			now := int64(100 + n)
+			for j := range 50 {
+				k := key5(1000 + j)
+				v := val(1000 + j)
+				v.HalfOpen = true
+				if r := tab.Upsert(&k, v, now); r != Refused {
+					t.Fatalf("half-open newcomer %d into a table full of established entries: %v, want refused", j, r)
+				}
+				mustMiss(t, tab, k, now)
+			}
+			for i := range n {
+				mustFind(t, tab, key5(i), now)
+			}
+			if s := tab.Stats(); s.Refused != 50 || s.Evictions != 0 || s.Inserts != uint64(n) {
+				t.Errorf("stats %+v, want 50 refused, no eviction, %d inserts", s, n)
+			}
+			// A stored key on probation again (a SYN on an established
+			// entry's key): updated in place.
+			k0 := key5(0)
+			h := val(0)
+			h.HalfOpen = true
+			if r := tab.Upsert(&k0, h, now); r != Updated {
+				t.Fatalf("half-open overwrite of a stored key: %v, want updated", r)
+			}
+			// Now a half-open entry is there: a half-open newcomer takes
+			// its slot.
+			k := key5(2000)
+			if r := tab.Upsert(&k, h, now+1); r != Evicted {
+				t.Fatalf("half-open newcomer with a half-open entry to evict: %v, want evicted", r)
+			}
+			mustMiss(t, tab, k0, now+1)
+			// An established newcomer evicts the half-open entry first,
+			// then the least recently used established one (key 1, the
+			// oldest left).
+			for j, gone := range []Key{k, key5(1)} {
+				k := key5(3000 + j)
+				if r := tab.Upsert(&k, val(3000+j), now+2); r != Evicted {
+					t.Fatalf("established newcomer %d into a full table: %v, want evicted", j, r)
+				}
+				mustMiss(t, tab, gone, now+2)
+			}
+			if s := tab.Stats(); s.Evictions != 3 || s.EvictionsHalfOpen != 2 || s.Refused != 50 {
+				t.Errorf("stats %+v, want 3 evictions (2 half-open), 50 refused", s)
+			}
+		})
+	}
+}

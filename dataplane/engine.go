@@ -25,12 +25,13 @@ type Engine struct {
 
 // FloodLimits bound what new flows may cost the tracking table.
 type FloodLimits struct {
-	// SYNIdleSec is the idle timeout of an entry that has seen only a
-	// connection's SYN (capped by the service's own): a SYN flood's
-	// entries go within seconds, while a real handshake completes (or its
-	// client retransmits its SYN, at 1 s and 3 s) well inside it. The first
-	// packet of the flow that is not a SYN gives the entry the service's
-	// timeout.
+	// SYNIdleSec is the idle timeout of a TCP entry on probation (capped
+	// by the service's own): one that has seen only a connection's SYN,
+	// or only the first packet of a flow the table did not know. A
+	// flood's entries go within seconds, while a real handshake completes
+	// (or its client retransmits its SYN, at 1 s and 3 s) and a real flow
+	// sends its next segment well inside it. The flow's next packet that
+	// is not a SYN or a reset gives the entry the service's timeout.
 	SYNIdleSec uint32
 	// NewPerSec is how many new entries each decider records per second
 	// (burst: one second's worth); above it a new flow is still forwarded
@@ -132,6 +133,9 @@ type Decision struct {
 	// NotRecorded: a new flow over FloodLimits.NewPerSec, forwarded
 	// without an entry.
 	NotRecorded bool
+	// Refused: the new flow's entry, on probation, was not stored: both
+	// its buckets held only established entries (X3). It was forwarded.
+	Refused bool
 
 	pending bool // front passed the frame on to steps 1–2
 }
@@ -404,9 +408,11 @@ func (dc *Decider) back(snap *Snapshot, now int64, d *Decision, h conntrack.Hint
 			switch {
 			case d.ICMPSteered:
 			case e.HalfOpen && !fl.SYN && !fl.RST:
-				// The handshake went on: the connection gets the
-				// service's timeout and counts as established (a reset,
-				// a spoofed source's answer to a SYN-ACK, does not).
+				// A second packet confirms a flow on probation: the
+				// handshake went on, or a flow that began elsewhere (another
+				// instance, before a restart) goes on. It gets the service's
+				// timeout and counts as established (a SYN or a reset, a
+				// spoofed source's answer to a SYN-ACK, does not confirm).
 				ct.UpsertHint(&d.TrackKey, h, conntrack.Value{Backend: e.Backend, Side: e.Side, IdleSec: svc.IdleSec}, now)
 			default:
 				ct.Touch(&e, now)
@@ -455,11 +461,23 @@ func (dc *Decider) back(snap *Snapshot, now int64, d *Decision, h conntrack.Hint
 			return
 		}
 		v := conntrack.Value{Backend: uint32(ref), Side: uint8(svc.Side), IdleSec: svc.IdleSec}
-		if fl.SYN && fl.Proto == packet.ProtoTCP {
-			v.HalfOpen, v.IdleSec = true, min(v.IdleSec, dc.lim.SYNIdleSec)
+		// A flow's first packet proves nothing: it may be forged, one of
+		// a flood of SYNs or of mid-flow packets from random sources.
+		// Its entry starts on probation (evicted first, never evicting an
+		// established entry) until a later packet confirms it (the hit
+		// above); TCP's for the short SYN timeout. A replaced entry's flow
+		// had shown itself already and stays established, unless this is
+		// a new connection's SYN.
+		tcp := fl.Proto == packet.ProtoTCP
+		if d.Track == TrackNew || (fl.SYN && tcp) {
+			v.HalfOpen = true
+			if tcp {
+				v.IdleSec = min(v.IdleSec, dc.lim.SYNIdleSec)
+			}
 		}
 		r := ct.UpsertHint(&d.TrackKey, h, v, now)
 		d.Evicted = r == conntrack.Evicted
+		d.Refused = r == conntrack.Refused
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"xlb/conntrack"
 	"xlb/controlplane/cptest"
 	"xlb/dataplane"
 	"xlb/dataplane/craft"
@@ -20,6 +21,18 @@ import (
 // because a full table evicts half-open entries first (X3) and the flood's
 // entries are half-open. The figures are logged.
 func TestFlood_EstablishedSurviveSYNFloodAndBackendFailure(t *testing.T) {
+	floodEngine(t, "S")
+}
+
+// TestFlood_EstablishedSurviveACKFloodAndBackendFailure: the same with a
+// flood of ACKs, mid-flow packets of flows the table never saw (CT4: each
+// misses and is selected and recorded). Their entries start on probation,
+// like a SYN's, so they displace only each other.
+func TestFlood_EstablishedSurviveACKFloodAndBackendFailure(t *testing.T) {
+	floodEngine(t, "A")
+}
+
+func floodEngine(t *testing.T, flags string) {
 	const (
 		capacity    = 65536
 		established = 300
@@ -51,7 +64,7 @@ func TestFlood_EstablishedSurviveSYNFloodAndBackendFailure(t *testing.T) {
 
 	// The flood: one SYN frame, its source address and port rewritten
 	// for every packet (the engine does not check IPv4 or TCP checksums).
-	base := cptest.TCP("198.18.0.1", specVIP4, 1, 443, "S")
+	base := cptest.TCP("198.18.0.1", specVIP4, 1, 443, flags)
 	frame, err := craft.Build(&base)
 	if err != nil {
 		t.Fatal(err)
@@ -89,8 +102,8 @@ func TestFlood_EstablishedSurviveSYNFloodAndBackendFailure(t *testing.T) {
 	took := time.Since(start)
 	st := ct.Stats()
 	notRec := r.D.Stats().NotRecorded.Load()
-	t.Logf("SYN flood of %d new flows into a %d-entry table at %d kpps of engine time (%.0f kpps decided on this machine, keep-alives included), "+
-		"backend %s (%d of the %d connections) failed halfway", flood, ct.Capacity(), perMs, float64(flood)/took.Seconds()/1000,
+	t.Logf("%s flood of %d new flows into a %d-entry table at %d kpps of engine time (%.0f kpps decided on this machine, keep-alives included), "+
+		"backend %s (%d of the %d connections) failed halfway", flags, flood, ct.Capacity(), perMs, float64(flood)/took.Seconds()/1000,
 		victim, onVictim, established)
 	t.Logf("established connections broken: %d of %d (%d keep-alive packets); flood forwarded %d",
 		broken, established, keepalives, floodFwd)
@@ -100,7 +113,7 @@ func TestFlood_EstablishedSurviveSYNFloodAndBackendFailure(t *testing.T) {
 		t.Errorf("%d established connections broken, want 0", broken)
 	}
 	if floodFwd != flood {
-		t.Errorf("%d of %d flood SYNs forwarded, want all (a full table evicts, never drops)", floodFwd, flood)
+		t.Errorf("%d of %d flood packets forwarded, want all (a full table evicts, never drops)", floodFwd, flood)
 	}
 	if st.Evictions < flood-capacity || st.Evictions != st.EvictionsHalfOpen {
 		t.Errorf("evictions %d (%d half-open), want at least %d, all of them half-open", st.Evictions, st.EvictionsHalfOpen, flood-capacity)
@@ -193,5 +206,132 @@ func TestFlood_NewEntryRateLimit(t *testing.T) {
 	}
 	if n := r.Conntrack().Len(); n != 101 {
 		t.Errorf("%d entries, want 101", n)
+	}
+}
+
+// TestCT4_MidFlowMissStartsOnProbation: a TCP packet that is not a SYN and
+// misses (a flow that began elsewhere, or a forged one) is forwarded and
+// recorded on probation: half-open, with conntrack_syn_timeout_sec. Alone
+// it is gone after that timeout; a second packet of the flow within it
+// (not a SYN, not a reset) confirms it: established, the service's
+// timeout, the same backend. A reset does not confirm. A UDP flow's first
+// packet is on probation with the service's own timeout (M1 unchanged),
+// its second confirms it.
+func TestCT4_MidFlowMissStartsOnProbation(t *testing.T) {
+	r := cptest.New(t, floodFile("conntrack_syn_timeout_sec = 3"))
+	keys := map[string]conntrack.Key{}
+	send := func(name string, p craft.Packet) *cptest.Result {
+		res := r.Send(p)
+		keys[name] = res.TrackKey
+		return res
+	}
+	entry := func(name string) (conntrack.Entry, bool) {
+		k := keys[name]
+		return r.Conntrack().Lookup(&k, r.Now)
+	}
+	r.Now = 10000
+	lone := cptest.TCP("100.64.0.1", specVIP4, 40000, 443, "A")
+	specForward(t, send("lone", lone), "lone ACK")
+	if e, ok := entry("lone"); !ok || !e.HalfOpen || e.IdleSec != 3 {
+		t.Fatalf("entry after a lone mid-flow ACK: %+v (found %v), want half-open with idle 3", e, ok)
+	}
+	rst := cptest.TCP("100.64.0.2", specVIP4, 40000, 443, "A")
+	specForward(t, send("rst", rst), "ACK before a reset")
+	rst.Flags = "R"
+	r.Now = 11000
+	if res := r.Send(rst); res.Track != dataplane.TrackHit {
+		t.Fatalf("reset on a probation entry: track %s, want hit", res.Track)
+	}
+	moved := cptest.TCP("100.64.0.3", specVIP4, 40000, 443, "PA")
+	onMoved := specForward(t, send("moved", moved), "first packet of a moved flow")
+	r.Now = 12999
+	if res := r.Send(moved); res.Track != dataplane.TrackHit || res.BackendName() != onMoved {
+		t.Fatalf("second packet within the timeout: track %s on %s, want a hit on %s", res.Track, res.BackendName(), onMoved)
+	}
+	if e, ok := entry("moved"); !ok || e.HalfOpen || e.IdleSec != 60 {
+		t.Fatalf("confirmed entry %+v (found %v), want established with idle 60", e, ok)
+	}
+	r.Now = 13000 // the lone ACK's entry is 3 s idle
+	if _, ok := entry("lone"); ok {
+		t.Error("a lone mid-flow ACK's entry outlived conntrack_syn_timeout_sec")
+	}
+	r.Now = 14000 // the reset kept its entry on probation: 3 s since it
+	if _, ok := entry("rst"); ok {
+		t.Error("a reset confirmed a probation entry")
+	}
+
+	udp := cptest.UDP("100.64.0.4", specVIP4, 5000, 443)
+	dns := specSvc{Name: "dns", Protocol: "UDP", Affinity: "CLIENT_IP_PORT_PROTO", Primary: specAddrs("10.1.0.0", 8)}
+	r2 := cptest.New(t, specFile(dns.String(),
+		specRule{Name: "dns", VIP: specVIP4, Proto: "UDP", Ports: `ports = ["443"]`, Service: "dns"}.String()))
+	r2.Now = 10000
+	res := r2.Send(udp)
+	specForward(t, res, "UDP first")
+	k := res.TrackKey
+	if e, ok := r2.Conntrack().Lookup(&k, r2.Now); !ok || !e.HalfOpen || e.IdleSec != 60 {
+		t.Fatalf("UDP entry after its first packet: %+v (found %v), want half-open with the service's idle 60", e, ok)
+	}
+	r2.Now = 69999
+	if res := r2.Send(udp); res.Track != dataplane.TrackHit {
+		t.Fatalf("UDP second packet 59.999 s later: track %s, want hit", res.Track)
+	}
+	if e, ok := r2.Conntrack().Lookup(&k, r2.Now); !ok || e.HalfOpen || e.IdleSec != 60 {
+		t.Fatalf("UDP entry after its second packet: %+v (found %v), want established", e, ok)
+	}
+}
+
+// TestX3_MidFlowFloodIntoEstablishedTable: a table full of established
+// connections (1024 entries, filled until new connections could no longer
+// be recorded) under an ACK flood of 64 times its capacity: the flood is
+// forwarded, every frame, and its entries are refused (counted, by the
+// table and on the decision) or take the few slots left free and displace
+// each other, so no established entry is evicted and every connection
+// still hits its own backend.
+func TestX3_MidFlowFloodIntoEstablishedTable(t *testing.T) {
+	web := specSvc{Name: "web", Protocol: "TCP", Primary: specAddrs("10.1.0.0", 8)}
+	r := cptest.New(t, specFileCap(1024, web.String(),
+		specRule{Name: "web", VIP: specVIP4, Proto: "TCP", Ports: `ports = ["443"]`, Service: "web"}.String()))
+	ct := r.Conntrack()
+	conn := func(i int, flags string) craft.Packet {
+		return cptest.TCP(specAddr("100.64.0.0", i/100+1).String(), specVIP4, uint16(30000+i%100), 443, flags)
+	}
+	r.Now = 1000
+	var conns []int
+	backend := map[int]string{}
+	for i := 0; ct.Stats().Refused == 0; i++ {
+		specForward(t, r.Send(conn(i, "S")), "SYN")
+		res := r.Send(conn(i, "A"))
+		if res.Track == dataplane.TrackHit {
+			conns = append(conns, i)
+			backend[i] = res.BackendName()
+		}
+	}
+	if len(conns) < ct.Capacity()/2 {
+		t.Fatalf("only %d established entries in a table of %d", len(conns), ct.Capacity())
+	}
+	refusedBefore := ct.Stats().Refused
+	const flood = 64 * 1024
+	refused := 0
+	for n := range flood {
+		p := cptest.TCP(specAddr("198.18.0.0", n/1000+1).String(), specVIP4, uint16(1024+n%1000), 443, "A")
+		res := r.Send(p)
+		specForward(t, res, "flood ACK")
+		if res.Refused {
+			refused++
+		}
+	}
+	st := ct.Stats()
+	t.Logf("%d established connections in a table of %d; ACK flood of %d: %d refused, evictions %d (%d half-open)",
+		len(conns), ct.Capacity(), flood, refused, st.Evictions, st.EvictionsHalfOpen)
+	if uint64(refused) != st.Refused-refusedBefore || refused == 0 {
+		t.Errorf("refused: %d decisions, %d by the table; want equal and not 0", refused, st.Refused-refusedBefore)
+	}
+	if st.Evictions != st.EvictionsHalfOpen {
+		t.Errorf("%d established entries evicted, want 0", st.Evictions-st.EvictionsHalfOpen)
+	}
+	for _, i := range conns {
+		if res := r.Send(conn(i, "A")); res.Track != dataplane.TrackHit || res.BackendName() != backend[i] {
+			t.Errorf("connection %d: track %s on %s, want a hit on %s", i, res.Track, res.BackendName(), backend[i])
+		}
 	}
 }

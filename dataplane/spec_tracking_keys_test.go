@@ -5,7 +5,6 @@ package dataplane_test
 import (
 	"fmt"
 	"net/netip"
-	"strings"
 	"testing"
 
 	"xlb/conntrack"
@@ -588,9 +587,15 @@ func TestCT4_HitGoesToRecordedBackend(t *testing.T) {
 	}
 	for _, f := range flows {
 		// The first packet of a flow (a mid-stream ACK for TCP) misses and
-		// is selected and recorded.
+		// is selected and recorded, on probation; the second confirms
+		// the entry (established, the service's timeout).
 		res := r.Send(f.p)
 		f.first = specForward(t, res, f.svc)
+		if f.tracked {
+			if res = r.Send(f.p); res.Track != dataplane.TrackHit {
+				t.Fatalf("%s %s: second packet track %s, want a hit", f.svc, f.p.Src, res.Track)
+			}
+		}
 	}
 	r.At(10).Reload(text(8))
 	moved := map[string]int{}
@@ -655,10 +660,10 @@ func TestR1_EntryRecordedAfterSelection(t *testing.T) {
 		if !ok {
 			t.Fatalf("no entry under %v; entries %v", key, after)
 		}
-		// A SYN records a half-open entry with the short SYN timeout;
-		// other new flows get the service's.
-		idle, half := uint32(60), p.Proto == packet.ProtoTCP && strings.Contains(p.Flags, "S")
-		if half {
+		// A new flow's entry starts on probation (half-open): TCP's with
+		// the short SYN timeout, other protocols' with the service's.
+		idle, half := uint32(60), true
+		if p.Proto == packet.ProtoTCP {
 			idle = dataplane.DefaultSYNIdleSec
 		}
 		if e.Backend != uint32(res.Backend.Ref) || dataplane.Side(e.Side) != side || e.LastUse != r.Now ||

@@ -49,7 +49,9 @@ var (
 	descCTEvictions = prometheus.NewDesc("xlb_conntrack_evictions_total",
 		"Live tracking entries displaced because their bucket was full.", nil, nil)
 	descCTEvicted = prometheus.NewDesc("xlb_conntrack_evicted_entries_total",
-		"Live tracking entries displaced, by the state of the entry: half_open (only a SYN seen) or established.", []string{"state"}, nil)
+		"Live tracking entries displaced, by the state of the entry: half_open (on probation: only a SYN, or only a flow's first packet, seen) or established.", []string{"state"}, nil)
+	descCTRefused = prometheus.NewDesc("xlb_conntrack_refused_total",
+		"New tracking entries on probation not stored because both their buckets held only established entries (the flow was forwarded untracked).", nil, nil)
 	descCTSpills = prometheus.NewDesc("xlb_conntrack_spills_total",
 		"New keys stored in their second bucket because their first was full.", nil, nil)
 	descCTMoves = prometheus.NewDesc("xlb_conntrack_moves_total",
@@ -112,7 +114,7 @@ var (
 	allDescs = []*prometheus.Desc{
 		descQueueRX, descQueueTX, descQueuePass, descQueueDrops, descQueueEvictions, descQueueNotRecorded, descQueueTooBigSent,
 		descAFXDPDrops, descAFXDPFillEmpty, descXDPFrames,
-		descCTEntries, descCTCapacity, descCTInserts, descCTUpdates, descCTEvictions, descCTEvicted, descCTSpills, descCTMoves, descCTReclaimed, descCTDeletes,
+		descCTEntries, descCTCapacity, descCTInserts, descCTUpdates, descCTEvictions, descCTEvicted, descCTRefused, descCTSpills, descCTMoves, descCTReclaimed, descCTDeletes,
 		descGeneration, descReloadOK, descReloadFail,
 		descSvcPackets, descSvcBytes, descSvcNew, descSvcDrops, descSvcSide, descSvcEligible, descSvcBackends, descSvcSwitches,
 		descBePackets, descBeBytes, descBeNew, descBeHealthy, descBeWeight, descBeEligible, descBeReady,
@@ -205,6 +207,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descCTEvictions, ct.Evictions)
 		counter(descCTEvicted, ct.EvictionsHalfOpen, "half_open")
 		counter(descCTEvicted, ct.Evictions-ct.EvictionsHalfOpen, "established")
+		counter(descCTRefused, ct.Refused)
 		counter(descCTSpills, ct.Spills)
 		counter(descCTMoves, ct.Moves)
 		counter(descCTReclaimed, ct.Reclaimed)

@@ -94,6 +94,7 @@ func TestMetrics(t *testing.T) {
 		`xlb_conntrack_evicted_entries_total{state="established"}`: 0,
 		`xlb_conntrack_spills_total{}`:                             0,
 		`xlb_conntrack_moves_total{}`:                              0,
+		`xlb_conntrack_refused_total{}`:                            0,
 		`xlb_conntrack_reclaimed_total{}`:                          0,
 		`xlb_conntrack_deletes_total{}`:                            0,
 		`xlb_snapshot_generation{}`:                                float64(r.CP.Snapshot().Gen),

@@ -45,12 +45,16 @@ type ConntrackReport struct {
 	Inserts   uint64  `json:"inserts"`
 	Updates   uint64  `json:"updates"`
 	Evictions uint64  `json:"evictions"`
-	// EvictionsHalfOpen: of Evictions, entries that had seen only a SYN.
+	// EvictionsHalfOpen: of Evictions, entries on probation (only a SYN,
+	// or only a flow's first packet, seen).
 	EvictionsHalfOpen uint64 `json:"evictions_half_open"`
-	Spills            uint64 `json:"spills"` // new keys stored in their second bucket
-	Moves             uint64 `json:"moves"`  // keys moved to their other bucket to make room
-	Reclaimed         uint64 `json:"reclaimed"`
-	Deletes           uint64 `json:"deletes"`
+	// Refused: new entries on probation not stored, their buckets full of
+	// established ones.
+	Refused   uint64 `json:"refused"`
+	Spills    uint64 `json:"spills"` // new keys stored in their second bucket
+	Moves     uint64 `json:"moves"`  // keys moved to their other bucket to make room
+	Reclaimed uint64 `json:"reclaimed"`
+	Deletes   uint64 `json:"deletes"`
 }
 
 // QueueReport is the counters of the worker(s) of one rx queue.
@@ -142,7 +146,7 @@ func Gather(in Inputs) *Report {
 		st, n, c := ct.Stats(), ct.Len(), ct.Capacity()
 		r.Conntrack = &ConntrackReport{Entries: n, Capacity: c, Inserts: st.Inserts, Updates: st.Updates,
 			Evictions: st.Evictions, EvictionsHalfOpen: st.EvictionsHalfOpen, Spills: st.Spills, Moves: st.Moves,
-			Reclaimed: st.Reclaimed, Deletes: st.Deletes}
+			Reclaimed: st.Reclaimed, Deletes: st.Deletes, Refused: st.Refused}
 		if c > 0 {
 			r.Conntrack.Occupancy = float64(n) / float64(c)
 		}

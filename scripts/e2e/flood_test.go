@@ -23,7 +23,7 @@ import (
 // TestFlood_EstablishedSurviveSYNFlood: 300 kept-alive connections through
 // xlb ask on, a round at a time, while the client's namespace sends a SYN
 // flood from spoofed sources (198.18.0.0/15, new 5-tuples) as fast as its
-// writers go (one per CPU, at most two, unpaced: see synFlooder) at a
+// writers go (one per CPU, at most two, unpaced: see tcpFlooder) at a
 // table of 16 K entries; after the first round under the flood b1's health
 // check fails.
 // Every request on every established connection is answered by its own
@@ -36,23 +36,64 @@ import (
 // xlb is the plain build here, not the race detector's, so that the rate
 // its workers keep up with is xlb's own.
 func TestFlood_EstablishedSurviveSYNFlood(t *testing.T) {
+	floodEstablished(t, floodCase{prefix: "e2efld", flags: "S", capacity: 16384})
+}
+
+// TestFlood_EstablishedSurviveACKFlood: the same with a flood of TCP ACKs
+// (mid-flow packets of flows xlb never saw) at a table of 64 K entries.
+// Each such packet misses and is recorded, but on probation (CT4, X3):
+// evicted first, never evicting an established entry, gone after the SYN
+// timeout unless a second packet of its flow confirms it. Before
+// probation, the flood's entries were established and evicted the
+// connections' own (94 of 300 reset when b1 failed).
+func TestFlood_EstablishedSurviveACKFlood(t *testing.T) {
+	floodEstablished(t, floodCase{prefix: "e2eack", flags: "A", capacity: 65536})
+}
+
+// TestFlood_EstablishedSurviveACKFloodDefaultTable: the ACK flood at the
+// default table (4 Mi entries), run until xlb's workers have decided one
+// and a half times the table's capacity of flood frames: established
+// entries would have filled it, and evicted the connections', where
+// probation entries expire faster than the flood can add them.
+func TestFlood_EstablishedSurviveACKFloodDefaultTable(t *testing.T) {
+	floodEstablished(t, floodCase{prefix: "e2eackd", flags: "A", decided: 3 * 4194304 / 2})
+}
+
+// floodCase is one flood of floodEstablished: its bed's prefix, the TCP
+// flags of its frames, the table's capacity (0: the default), and how many
+// frames xlb's workers must have decided before the flood stops (0: it runs
+// 10 s).
+type floodCase struct {
+	prefix   string
+	flags    string
+	capacity int
+	decided  float64
+}
+
+func floodEstablished(t *testing.T, fc floodCase) {
 	const (
-		conns    = 300
-		capacity = 16384
-		askers   = 30 // requests of a round in flight at once
+		conns  = 300
+		askers = 30 // requests of a round in flight at once
 	)
-	b := upBed(t, testbed.Options{Prefix: "e2efld", Failover: -1})
+	capacity := fc.capacity
+	b := upBed(t, testbed.Options{Prefix: fc.prefix, Failover: -1})
 	web := netip.AddrPortFrom(testbed.VIP4, testbed.HTTPPort)
 	cfg := faultConfig(t, b, 1, 2, faultSvc{name: "web", port: web.Port(), primaries: []string{"b1", "b2", "b3"}})
 	text, err := os.ReadFile(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	small := strings.Replace(string(text), "conntrack_capacity = 65536", "conntrack_capacity = 16384", 1)
-	if small == string(text) {
-		t.Fatal("fault configuration has no conntrack_capacity line to shrink")
+	line := ""
+	if capacity > 0 {
+		line = fmt.Sprintf("conntrack_capacity = %d", capacity)
+	} else {
+		capacity = 4194304 // the default
 	}
-	if err := os.WriteFile(cfg, []byte(small), 0o644); err != nil {
+	sized := strings.Replace(string(text), "conntrack_capacity = 65536", line, 1)
+	if sized == string(text) && capacity != 65536 {
+		t.Fatal("fault configuration has no conntrack_capacity line to change")
+	}
+	if err := os.WriteFile(cfg, []byte(sized), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	startXLBWith(t, b, cfg, plainXLB(t))
@@ -157,9 +198,9 @@ func TestFlood_EstablishedSurviveSYNFlood(t *testing.T) {
 	// at most two (the bed's two queues; on this 2-core VM two writers
 	// offer the most, more would only take CPU from xlb's workers).
 	senders := min(runtime.NumCPU(), 2)
-	var floods []*synFlooder
+	var floods []*tcpFlooder
 	for k := range senders {
-		f, err := newSYNFlooder(b.Clients[0], testbed.LBMAC, web)
+		f, err := newTCPFlooder(b.Clients[0], testbed.LBMAC, web, fc.flags)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -217,6 +258,14 @@ func TestFlood_EstablishedSurviveSYNFlood(t *testing.T) {
 	for round(); time.Since(start) < 10*time.Second; {
 		round()
 	}
+	// A flood that must fill a large table runs on, in rounds, until the
+	// workers have decided enough of it (bounded against a hang only).
+	for fc.decided > 0 && (counterSet{metrics(t, b)}).sum("xlb_queue_rx_packets_total")-before.sum("xlb_queue_rx_packets_total") < fc.decided {
+		if time.Since(start) > 10*time.Minute {
+			t.Fatalf("the flood has not reached %.0f decided frames in 10 minutes", fc.decided)
+		}
+		round()
+	}
 	stopped.Store(true)
 	wg.Wait()
 	took = time.Since(start)
@@ -244,8 +293,8 @@ func TestFlood_EstablishedSurviveSYNFlood(t *testing.T) {
 
 	d := func(series string) float64 { return after.sum(series) - before.sum(series) }
 	rate := func(n float64) string { return fmt.Sprintf("%.0f kpps", n/took.Seconds()/1000) }
-	t.Logf("SYN flood for %v from %d AF_PACKET writers (sendmmsg, qdisc bypassed): %d sent (%s)",
-		took.Round(time.Millisecond), senders, sent.Load(), rate(float64(sent.Load())))
+	t.Logf("%s flood for %v from %d AF_PACKET writers (sendmmsg, qdisc bypassed): %d sent (%s)",
+		map[string]string{"S": "SYN", "A": "ACK"}[fc.flags], took.Round(time.Millisecond), senders, sent.Load(), rate(float64(sent.Load())))
 	t.Logf("hops: client veth sent %s; switch veth to xlb sent %s, dropped %.0f; xlb's veth received %s, dropped %.0f; "+
 		"XDP saw %s, redirected %s; xlb's workers decided %s (%.1f %% of sent)",
 		rate(d("c1:tx_packets")), rate(d("lbsw:tx_packets")), d("lbsw:tx_dropped"),
@@ -261,9 +310,9 @@ func TestFlood_EstablishedSurviveSYNFlood(t *testing.T) {
 		conns, onB1, healthyIn(s, "b1", false), asked, roundNum, len(broken), late)
 	t.Logf("request latency, mean / slowest / share over 200 ms (waited for a retransmission): before the flood %v; under it, b1 healthy %v; under it, b1 unhealthy %v; after it %v",
 		lat[beforeFlood], lat[underFlood], lat[b1Unhealthy], lat[afterFlood])
-	t.Logf("table of %d: evicted %.0f half-open, %.0f established; spills %.0f, moves %.0f; entries now %.0f",
-		capacity, d(`xlb_conntrack_evicted_entries_total{state="half_open"}`), d(`xlb_conntrack_evicted_entries_total{state="established"}`),
-		d("xlb_conntrack_spills_total"), d("xlb_conntrack_moves_total"), after.m["xlb_conntrack_entries"])
+	t.Logf("table of %d: %.0f inserts; evicted %.0f half-open, %.0f established; %.0f refused; spills %.0f, moves %.0f; entries now %.0f",
+		capacity, d("xlb_conntrack_inserts_total"), d(`xlb_conntrack_evicted_entries_total{state="half_open"}`), d(`xlb_conntrack_evicted_entries_total{state="established"}`),
+		d("xlb_conntrack_refused_total"), d("xlb_conntrack_spills_total"), d("xlb_conntrack_moves_total"), after.m["xlb_conntrack_entries"])
 	t.Logf("health probes under the flood: %.0f passed, %.0f failed (b1's, once it fails)",
 		d(`xlb_health_checks_total{check="hc",result="pass"}`), d(`xlb_health_checks_total{check="hc",result="fail"}`))
 
@@ -273,7 +322,14 @@ func TestFlood_EstablishedSurviveSYNFlood(t *testing.T) {
 	if len(broken) != 0 {
 		t.Errorf("%d of %d established connections broken, want 0", len(broken), conns)
 	}
-	if d(`xlb_conntrack_evicted_entries_total{state="half_open"}`) == 0 {
+	switch {
+	case fc.decided > 0:
+		// The table is not filled by probation entries, which expire,
+		// but the flood must have put more into it than it holds.
+		if ins := d("xlb_conntrack_inserts_total"); ins < float64(capacity) {
+			t.Errorf("the flood made %.0f entries in a table of %d: the test shows nothing", ins, capacity)
+		}
+	case d(`xlb_conntrack_evicted_entries_total{state="half_open"}`) == 0:
 		t.Error("the flood evicted nothing: it did not fill the table, the test shows nothing")
 	}
 	if len(flapped) != 0 {

@@ -19,12 +19,13 @@ import (
 	"xlb/scripts/testbed"
 )
 
-// synFlooder sends SYNs from spoofed sources (198.18.0.0/15, a new
+// tcpFlooder sends TCP segments (SYNs, or ACKs: mid-flow packets of
+// flows nobody opened) from spoofed sources (198.18.0.0/15, a new
 // 5-tuple each) from a host's interface to the VIP, as fast as the
 // kernel takes them: an AF_PACKET socket that bypasses the qdisc (a
 // veth has none to speak of; the bypass saves its locking) and hands the
 // kernel a batch of frames per sendmmsg call.
-type synFlooder struct {
+type tcpFlooder struct {
 	fd     int
 	frames [][]byte
 	iovs   []unix.Iovec
@@ -45,8 +46,8 @@ type mmsghdr struct {
 // the cache.
 const floodBatch = 64
 
-func newSYNFlooder(h testbed.Host, dstMAC net.HardwareAddr, dst netip.AddrPort) (*synFlooder, error) {
-	f := &synFlooder{fd: -1}
+func newTCPFlooder(h testbed.Host, dstMAC net.HardwareAddr, dst netip.AddrPort, flags string) (*tcpFlooder, error) {
+	f := &tcpFlooder{fd: -1}
 	err := nsx.Do(h.NS, func() error {
 		ifc, err := net.InterfaceByName(h.Iface)
 		if err != nil {
@@ -69,7 +70,7 @@ func newSYNFlooder(h testbed.Host, dstMAC net.HardwareAddr, dst netip.AddrPort) 
 	}
 	tmpl, err := craft.Build(&craft.Packet{
 		Src: netip.MustParseAddr("198.18.0.1"), Dst: dst.Addr(), Proto: packet.ProtoTCP,
-		SrcPort: 1024, DstPort: dst.Port(), Flags: "S", SrcMAC: h.MAC, DstMAC: dstMAC,
+		SrcPort: 1024, DstPort: dst.Port(), Flags: flags, SrcMAC: h.MAC, DstMAC: dstMAC,
 	})
 	if err != nil {
 		f.close()
@@ -91,9 +92,9 @@ func newSYNFlooder(h testbed.Host, dstMAC net.HardwareAddr, dst netip.AddrPort) 
 // sendBatch rewrites the batch's frames to the next new 5-tuples and
 // sends them; it returns how many the kernel took. The IPv4 header
 // checksum is redone (a bridge with netfilter drops a bad one); the TCP
-// checksum is left stale, so the backends drop the SYNs, as nothing would
+// checksum is left stale, so the backends drop the segments, as nothing would
 // answer a spoofed source anyway.
-func (f *synFlooder) sendBatch() (int, error) {
+func (f *tcpFlooder) sendBatch() (int, error) {
 	const srcOff, sportOff = 14 + 12, 14 + 20
 	for _, fr := range f.frames {
 		n := f.n
@@ -122,7 +123,7 @@ func (f *synFlooder) sendBatch() (int, error) {
 	return sent, nil
 }
 
-func (f *synFlooder) close() {
+func (f *tcpFlooder) close() {
 	if f.fd >= 0 {
 		unix.Close(f.fd)
 		f.fd = -1
