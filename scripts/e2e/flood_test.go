@@ -51,12 +51,12 @@ func TestFlood_EstablishedSurviveACKFlood(t *testing.T) {
 }
 
 // TestFlood_EstablishedSurviveACKFloodDefaultTable: the ACK flood at the
-// default table (4 Mi entries), run until xlb's workers have decided one
-// and a half times the table's capacity of flood frames: established
-// entries would have filled it, and evicted the connections', where
-// probation entries expire faster than the flood can add them.
+// default table (4 Mi entries), run until xlb's workers have decided as
+// many flood frames as the table holds: established entries (60 s) would
+// have filled it and evicted live ones, the connections' among them,
+// where probation entries (5 s) expire long before the flood fills it.
 func TestFlood_EstablishedSurviveACKFloodDefaultTable(t *testing.T) {
-	floodEstablished(t, floodCase{prefix: "e2eackd", flags: "A", decided: 3 * 4194304 / 2})
+	floodEstablished(t, floodCase{prefix: "e2eackd", flags: "A", decided: 4194304})
 }
 
 // floodCase is one flood of floodEstablished: its bed's prefix, the TCP
