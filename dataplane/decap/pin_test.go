@@ -175,8 +175,8 @@ func TestPinDecapsulatesRealTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Ifindex != in || len(p.Local) != 2 || p.Stats.IPIP4 != 1 || p.Stats.GUE6 != 1 {
-		t.Errorf("ReadPinned: %+v, want ifindex %d, 2 local addresses, one IPIP/v4 and one GUE/v6 since the second Pin", p, in)
+	if p.Ifindex != in || len(p.Local) != 2 || len(p.Allow) != 2 || len(p.VIPs) != 2 || p.Stats.IPIP4 != 1 || p.Stats.GUE6 != 1 {
+		t.Errorf("ReadPinned: %+v, want ifindex %d, 2 local addresses, 2 allowed, 2 VIPs, one IPIP/v4 and one GUE/v6 since the second Pin", p, in)
 	}
 
 	if err := Unpin(dir); err != nil {
