@@ -84,6 +84,11 @@ func TestDecapRefusesSpoofed(t *testing.T) {
 			t.Fatalf("%v: %v\n%s", cmd, err, out)
 		}
 	}
+	// An IPv6 address's local route comes from a work item after the
+	// address (even without DAD): the genuine frame would find no route.
+	for _, a := range []netip.Addr{spVIP4, spVIP6, spBe6} {
+		spWaitLocal(t, be, a)
+	}
 	for _, cmd := range [][]string{{"ip", "link", "set", "lo", "up"}, {"ip", "route", "add", "default", "via", spFwd4.String()}} {
 		if out, err := testbed.Exec(other.Name, cmd...); err != nil {
 			t.Fatalf("%v: %v\n%s", cmd, err, out)
@@ -264,6 +269,29 @@ func spVeth(t *testing.T, a, b *nettest.NS, name, peer string, mac, peerMAC net.
 		})
 		if err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// spWaitLocal waits until ns routes a to itself; bounded against hangs
+// only.
+func spWaitLocal(t *testing.T, ns *nettest.NS, a netip.Addr) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		local := false
+		err := ns.Do(func() error {
+			rs, err := netlink.RouteGet(a.AsSlice())
+			local = err == nil && len(rs) > 0 && rs[0].Type == unix.RTN_LOCAL
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if local {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no local route to %v", ns.Name, a)
 		}
 	}
 }
