@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
 	"xlb/dataplane/craft"
 	"xlb/dataplane/packet"
 	"xlb/internal/bpfasm"
@@ -375,4 +377,58 @@ func TestAllowPrefixes(t *testing.T) {
 			t.Errorf("SetAllow(%s): %v, want ErrPrefix", bad, err)
 		}
 	}
+}
+
+// FuzzProgram: any frame comes out of the program passed or dropped,
+// counted in exactly one counter, the drop counters only with XDP_DROP;
+// seeded with every kind of frame the balancers write and some that they
+// do not.
+func FuzzProgram(f *testing.F) {
+	in4 := inner(f, false, packet.ProtoTCP, 0)
+	in6 := inner(f, true, packet.ProtoUDP, 42)
+	for _, seed := range [][]byte{
+		in4, in6, arp(),
+		encap(f, in4, lb4, local4, false), encap(f, in6, lb6, local6, true),
+		encap(f, in4, lb6, local6, true), encap(f, in6, lb4, local4, false),
+		encap(f, in4, other4, local4, true), encap(f, innerFrom(f, lb4, vip4), lb4, local4, false),
+		encap(f, innerFrom(f, client6, other6), lb6, local6, false),
+	} {
+		f.Add(seed)
+	}
+	o := load(f, testPort)
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		if len(frame) > 4000 {
+			return
+		}
+		before := stats(t, o)
+		out := make([]byte, len(frame)+512)
+		verdict, err := o.Program.Run(&ebpf.RunOptions{Data: frame, DataOut: out})
+		if err != nil {
+			if len(frame) < 14 {
+				return // the kernel's runner refuses frames shorter than Ethernet
+			}
+			t.Fatalf("Program.Run: %v", err)
+		}
+		after := stats(t, o)
+		moved := -1
+		for i := range before {
+			switch d := after[i] - before[i]; {
+			case d == 0:
+			case d == 1 && moved < 0:
+				moved = i
+			default:
+				t.Fatalf("counter %s moved by %d (after %v)", statNames[i], d, moved)
+			}
+		}
+		switch {
+		case moved < 0:
+			t.Fatalf("no counter moved, verdict %d", verdict)
+		case verdict != bpfasm.XDPPass && verdict != bpfasm.XDPDrop:
+			t.Fatalf("verdict %d", verdict)
+		case moved >= statDroppedOuterTTL && verdict != bpfasm.XDPDrop:
+			t.Fatalf("%s with verdict %d, want XDP_DROP", statNames[moved], verdict)
+		case verdict == bpfasm.XDPDrop && moved < statDroppedOuterTTL && moved != statPassedInvalid:
+			t.Fatalf("XDP_DROP counted %s", statNames[moved])
+		}
+	})
 }
