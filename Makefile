@@ -77,6 +77,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./maglev/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./dataplane/packet/
 	$(GO) test -run '^$$' -fuzz '^FuzzEngine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./dataplane/
+	$(GO) test -run '^$$' -fuzz '^FuzzProgram$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./dataplane/decap/
 	$(GO) test -run '^$$' -fuzz '^FuzzOpenHeader$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./conntrack/
 
 # A short lbbench run of each command (the xdp one needs root and says so

@@ -33,7 +33,8 @@ var (
 const testPort = 6080 // GUE port of the tests' program
 
 // load loads the program for port with local4 and local6 as the local
-// addresses; without root or BPF it skips, saying why.
+// addresses, lb4 and lb6 the balancers allowed, vip4 and vip6 the VIPs;
+// without root or BPF it skips, saying why.
 func load(tb testing.TB, port uint16) *Objects {
 	tb.Helper()
 	if os.Geteuid() != 0 {
@@ -54,7 +55,22 @@ func load(tb testing.TB, port uint16) *Objects {
 	if err := o.SetLocal([]netip.Addr{local4, local6}); err != nil {
 		tb.Fatalf("SetLocal: %v", err)
 	}
+	if err := o.SetAllow(hosts(lb4, lb6)); err != nil {
+		tb.Fatalf("SetAllow: %v", err)
+	}
+	if err := o.SetVIPs(hosts(vip4, vip6)); err != nil {
+		tb.Fatalf("SetVIPs: %v", err)
+	}
 	return o
+}
+
+// hosts are the single-address prefixes of addrs.
+func hosts(addrs ...netip.Addr) []netip.Prefix {
+	out := make([]netip.Prefix, len(addrs))
+	for i, a := range addrs {
+		out[i] = netip.PrefixFrom(a, a.BitLen())
+	}
+	return out
 }
 
 // inner builds the client's frame to the VIP of vip's family: TCP or UDP,
@@ -103,7 +119,8 @@ func decapsulated(inner []byte) []byte {
 }
 
 // run runs the program once on frame and returns the verdict and the
-// frame it leaves, checking that exactly the counter stat moved.
+// frame it leaves, checking that exactly the counter stat moved (-1: any
+// one of the decapsulation counters).
 func run(tb testing.TB, o *Objects, frame []byte, stat int) (uint32, []byte) {
 	tb.Helper()
 	before := stats(tb, o)
@@ -114,6 +131,17 @@ func run(tb testing.TB, o *Objects, frame []byte, stat int) (uint32, []byte) {
 		tb.Fatalf("Program.Run: %v", err)
 	}
 	after := stats(tb, o)
+	if stat < 0 {
+		for _, i := range []int{statIPIP4, statIPIP6, statGUE4, statGUE6} {
+			if after[i] != before[i] {
+				stat = i
+			}
+		}
+		if stat < 0 {
+			tb.Errorf("no decapsulation counter moved")
+			return verdict, opts.DataOut
+		}
+	}
 	for i := range before {
 		d := after[i] - before[i]
 		switch {
@@ -127,7 +155,9 @@ func run(tb testing.TB, o *Objects, frame []byte, stat int) (uint32, []byte) {
 }
 
 var statNames = [numStats]string{"ipip_outer_v4", "ipip_outer_v6", "gue_outer_v4", "gue_outer_v6",
-	"passed_not_tunnel", "passed_not_local", "passed_invalid"}
+	"passed_not_tunnel", "passed_not_local", "passed_invalid",
+	"dropped_outer_ttl_zero", "dropped_outer_martian", "dropped_outer_not_allowed",
+	"dropped_inner_martian", "dropped_inner_own", "dropped_inner_not_served"}
 
 func stats(tb testing.TB, o *Objects) [numStats]uint64 {
 	tb.Helper()
@@ -138,6 +168,8 @@ func stats(tb testing.TB, o *Objects) [numStats]uint64 {
 	var a [numStats]uint64
 	a[statIPIP4], a[statIPIP6], a[statGUE4], a[statGUE6] = s.IPIP4, s.IPIP6, s.GUE4, s.GUE6
 	a[statPassedNotTunnel], a[statPassedNotLocal], a[statPassedInvalid] = s.PassedNotTunnel, s.PassedNotLocal, s.PassedInvalid
+	a[statDroppedOuterTTL], a[statDroppedOuterMartian], a[statDroppedNotAllowed] = s.DroppedOuterTTL, s.DroppedOuterMartian, s.DroppedNotAllowed
+	a[statDroppedInnerMartian], a[statDroppedInnerOwn], a[statDroppedNotServed] = s.DroppedInnerMartian, s.DroppedInnerOwn, s.DroppedNotServed
 	return a
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // MaxLocal is how many local addresses the Local map holds.
@@ -29,14 +30,17 @@ var (
 type Objects struct {
 	Program  *ebpf.Program
 	Local    *ebpf.Map // [16]byte address (IPv4-mapped for IPv4) → uint8 IP version
+	Allow    *ebpf.Map // LPM trie (prefixKeyOf) → 1: the outer sources accepted
+	VIPs     *ebpf.Map // LPM trie (prefixKeyOf) → 1: the inner destinations delivered
 	Counters *ebpf.Map // per-CPU array of uint64, see Stats
 }
 
 const progName = "xlb_decap"
 
 // Load assembles the program for GUE port guePort and loads it and its
-// maps into the kernel; Local starts empty, so nothing is decapsulated
-// until SetLocal. A verifier rejection comes with the verifier's log.
+// maps into the kernel; Local, Allow and VIPs start empty, so nothing is
+// decapsulated until SetLocal, SetAllow and SetVIPs. A verifier rejection
+// comes with the verifier's log.
 func Load(guePort uint16) (*Objects, error) {
 	if guePort == 0 {
 		return nil, ErrPort
@@ -50,6 +54,18 @@ func Load(guePort uint16) (*Objects, error) {
 			nameLocal: {
 				Name: nameLocal, Type: ebpf.Hash,
 				KeySize: 16, ValueSize: 1, MaxEntries: MaxLocal,
+			},
+			nameAllow: {
+				Name: nameAllow, Type: ebpf.LPMTrie, Flags: unix.BPF_F_NO_PREALLOC,
+				KeySize: 24, ValueSize: 1, MaxEntries: MaxAllow,
+			},
+			nameVIPs: {
+				Name: nameVIPs, Type: ebpf.LPMTrie, Flags: unix.BPF_F_NO_PREALLOC,
+				KeySize: 24, ValueSize: 1, MaxEntries: MaxVIPs,
+			},
+			nameMartian: {
+				Name: nameMartian, Type: ebpf.LPMTrie, Flags: unix.BPF_F_NO_PREALLOC,
+				KeySize: 24, ValueSize: 1, MaxEntries: maxMartian,
 			},
 			nameCounters: {
 				Name: nameCounters, Type: ebpf.PerCPUArray,
@@ -70,12 +86,20 @@ func Load(guePort uint16) (*Objects, error) {
 		}
 		return nil, fmt.Errorf("decap: loading: %w", err)
 	}
+	// The program holds the martian map; no one else needs it.
+	err = fillMartians(coll.Maps[nameMartian])
 	o := &Objects{
 		Program:  coll.DetachProgram(progName),
 		Local:    coll.DetachMap(nameLocal),
+		Allow:    coll.DetachMap(nameAllow),
+		VIPs:     coll.DetachMap(nameVIPs),
 		Counters: coll.DetachMap(nameCounters),
 	}
 	coll.Close()
+	if err != nil {
+		_ = o.Close()
+		return nil, err
+	}
 	return o, nil
 }
 
@@ -167,14 +191,33 @@ type Stats struct {
 	// GUE that is not version 0 data, inner packets that are not IPv4 or
 	// IPv6, passed untouched (the kernel drops what it cannot use).
 	PassedInvalid uint64 `json:"passed_invalid"`
+
+	// Tunnel frames to a local address that the balancers did not send,
+	// dropped (XDP_DROP) by reason, checked in this order:
+	DroppedOuterTTL     uint64 `json:"dropped_outer_ttl_zero"`    // outer TTL or hop limit 0
+	DroppedOuterMartian uint64 `json:"dropped_outer_martian"`     // outer source a martian (Martians)
+	DroppedNotAllowed   uint64 `json:"dropped_outer_not_allowed"` // outer source not in Allow
+	DroppedInnerMartian uint64 `json:"dropped_inner_martian"`     // inner source a martian
+	// DroppedInnerOwn: the inner source is a balancer's (in Allow), a VIP
+	// or a local address: no client has it.
+	DroppedInnerOwn uint64 `json:"dropped_inner_own"`
+	// DroppedNotServed: the inner destination is not in VIPs; the kernel
+	// would route it on (ip_forward) or drop it.
+	DroppedNotServed uint64 `json:"dropped_inner_not_served"`
 }
 
 // Decapsulated is the number of frames stripped.
 func (s Stats) Decapsulated() uint64 { return s.IPIP4 + s.IPIP6 + s.GUE4 + s.GUE6 }
 
+// Dropped is the number of tunnel frames dropped, all reasons.
+func (s Stats) Dropped() uint64 {
+	return s.DroppedOuterTTL + s.DroppedOuterMartian + s.DroppedNotAllowed +
+		s.DroppedInnerMartian + s.DroppedInnerOwn + s.DroppedNotServed
+}
+
 // Total is the number of frames counted.
 func (s Stats) Total() uint64 {
-	return s.Decapsulated() + s.PassedNotTunnel + s.PassedNotLocal + s.PassedInvalid
+	return s.Decapsulated() + s.PassedNotTunnel + s.PassedNotLocal + s.PassedInvalid + s.Dropped()
 }
 
 // Stats reads and sums the per-CPU counters.
@@ -201,6 +244,13 @@ func readStats(m *ebpf.Map) (Stats, error) {
 		PassedNotTunnel: sums[statPassedNotTunnel],
 		PassedNotLocal:  sums[statPassedNotLocal],
 		PassedInvalid:   sums[statPassedInvalid],
+
+		DroppedOuterTTL:     sums[statDroppedOuterTTL],
+		DroppedOuterMartian: sums[statDroppedOuterMartian],
+		DroppedNotAllowed:   sums[statDroppedNotAllowed],
+		DroppedInnerMartian: sums[statDroppedInnerMartian],
+		DroppedInnerOwn:     sums[statDroppedInnerOwn],
+		DroppedNotServed:    sums[statDroppedNotServed],
 	}, nil
 }
 
@@ -210,12 +260,12 @@ func (o *Objects) Close() error {
 	if o.Program != nil {
 		errs = append(errs, o.Program.Close())
 	}
-	for _, m := range []*ebpf.Map{o.Local, o.Counters} {
+	for _, m := range []*ebpf.Map{o.Local, o.Allow, o.VIPs, o.Counters} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
 	}
-	o.Program, o.Local, o.Counters = nil, nil, nil
+	o.Program, o.Local, o.Allow, o.VIPs, o.Counters = nil, nil, nil, nil, nil
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("decap: closing: %w", err)
 	}

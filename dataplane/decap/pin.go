@@ -20,6 +20,8 @@ const DefaultPinRoot = "/sys/fs/bpf"
 const (
 	pinLink     = "link"
 	pinLocal    = "local"
+	pinAllow    = "allow"
+	pinVIPs     = "vips"
 	pinCounters = "stats"
 )
 
@@ -46,7 +48,8 @@ func PinDir(root, ifname string) string {
 
 // Pin attaches o's program to ifindex (of the calling thread's network
 // namespace) with a BPF link pinned at dir/link, and pins the maps at
-// dir/local and dir/stats, so that it all outlives the process. When dir
+// dir/local, dir/allow, dir/vips and dir/stats, so that it all outlives
+// the process. When dir
 // already holds a link to the same interface, the link's program is
 // replaced in place (no frame misses decapsulation; the counters restart
 // with the new maps) and the mode returned is ModeKept. root, dir's
@@ -77,7 +80,7 @@ func Pin(dir string, o *Objects, ifindex int, mode Mode) (Mode, error) {
 	for _, p := range []struct {
 		name string
 		m    *ebpf.Map
-	}{{pinLocal, o.Local}, {pinCounters, o.Counters}} {
+	}{{pinLocal, o.Local}, {pinAllow, o.Allow}, {pinVIPs, o.VIPs}, {pinCounters, o.Counters}} {
 		path := filepath.Join(dir, p.name)
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return "", fmt.Errorf("decap: replacing %s: %w", path, err)
@@ -162,7 +165,7 @@ func Unpin(dir string) error {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("reading %s: %w", path, err))
 	}
-	for _, name := range []string{pinLocal, pinCounters} {
+	for _, name := range []string{pinLocal, pinAllow, pinVIPs, pinCounters} {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
@@ -176,8 +179,10 @@ func Unpin(dir string) error {
 
 // Pinned is what a pin directory says about the program it holds.
 type Pinned struct {
-	Ifindex int          // the interface the link is attached to (0: none left)
-	Local   []netip.Addr // the local addresses
+	Ifindex int            // the interface the link is attached to (0: none left)
+	Local   []netip.Addr   // the local addresses
+	Allow   []netip.Prefix // the balancers' addresses, the outer sources accepted
+	VIPs    []netip.Prefix // the inner destinations delivered
 	Stats   Stats
 }
 
@@ -201,6 +206,20 @@ func ReadPinned(dir string) (Pinned, error) {
 	defer local.Close()
 	if p.Local, err = localAddrs(local); err != nil {
 		return p, err
+	}
+	for _, pm := range []struct {
+		name, what string
+		to         *[]netip.Prefix
+	}{{pinAllow, "allowed sources", &p.Allow}, {pinVIPs, "VIPs", &p.VIPs}} {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pm.name), nil)
+		if err != nil {
+			return p, fmt.Errorf("decap: %w", err)
+		}
+		*pm.to, err = readPrefixes(m, pm.what)
+		_ = m.Close()
+		if err != nil {
+			return p, err
+		}
 	}
 	counters, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinCounters), nil)
 	if err != nil {

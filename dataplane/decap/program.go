@@ -1,6 +1,9 @@
 package decap
 
 import (
+	"encoding/binary"
+	"fmt"
+
 	"github.com/cilium/ebpf/asm"
 
 	"xlb/dataplane/packet"
@@ -9,25 +12,40 @@ import (
 
 // Indexes of the Counters map, one per outcome.
 const (
-	statIPIP4           = iota // IPIP decapsulated, outer IPv4
-	statIPIP6                  // IPIP decapsulated, outer IPv6
-	statGUE4                   // GUE decapsulated, outer IPv4
-	statGUE6                   // GUE decapsulated, outer IPv6
-	statPassedNotTunnel        // not IPIP, not UDP to the GUE port, not IP: the host's
-	statPassedNotLocal         // a tunnel packet to an address not in Local
-	statPassedInvalid          // truncated, malformed, fragmented or unsupported
+	statIPIP4               = iota // IPIP decapsulated, outer IPv4
+	statIPIP6                      // IPIP decapsulated, outer IPv6
+	statGUE4                       // GUE decapsulated, outer IPv4
+	statGUE6                       // GUE decapsulated, outer IPv6
+	statPassedNotTunnel            // not IPIP, not UDP to the GUE port, not IP: the host's
+	statPassedNotLocal             // a tunnel packet to an address not in Local
+	statPassedInvalid              // truncated, malformed, fragmented or unsupported
+	statDroppedOuterTTL            // outer TTL or hop limit 0
+	statDroppedOuterMartian        // outer source that no host sends from (Martians)
+	statDroppedNotAllowed          // outer source not in Allow
+	statDroppedInnerMartian        // inner source that no client has (Martians)
+	statDroppedInnerOwn            // inner source this host's, a VIP's or a balancer's
+	statDroppedNotServed           // inner destination not in VIPs: never forwarded on
 	numStats
 )
 
 // Map names as the program references them (and as bpftool shows them).
 const (
 	nameLocal    = "xlb_decap_local"
+	nameAllow    = "xlb_decap_allow"
+	nameVIPs     = "xlb_decap_vips"
+	nameMartian  = "xlb_decap_martian"
 	nameCounters = "xlb_decap_stats"
 )
 
 // Header layout.
 const (
 	ipv4ProtoOff   = 9
+	ipv4TTLOff     = 8
+	ipv4SrcOff     = 12
+	ipv4DstOff     = 16
+	ipv6HopOff     = 7
+	ipv6SrcOff     = 8
+	ipv6DstOff     = 24
 	ipv4FragOff    = 6
 	ipv4TotLenOff  = 2
 	ipv6PayLenOff  = 4
@@ -44,12 +62,16 @@ const (
 
 // Stack layout: the 16-byte address key at fp-16, the counter index at
 // fp-20, the Ethernet header being moved at fp-40..fp-23 (MACs at fp-40,
-// -36, -32; 802.1Q tag at fp-28; EtherType at fp-28, or fp-24 after a tag).
+// -36, -32; 802.1Q tag at fp-28; EtherType at fp-28, or fp-24 after a tag),
+// the 24-byte prefix key (see prefixKey) at fp-64, the bytes to strip kept
+// across the inner checks' calls at fp-72.
 const (
-	stackKey  = -16
-	stackStat = -20
-	stackMAC  = -40
-	stackTag  = -28
+	stackKey   = -16
+	stackStat  = -20
+	stackMAC   = -40
+	stackTag   = -28
+	stackLPM   = -64
+	stackStrip = -72
 )
 
 // outer is one outer family's copy of the tunnel code.
@@ -110,6 +132,7 @@ func instructions(guePort uint16) (asm.Instructions, error) {
 	b.Mark("tun_v4")
 	b.VIPKeyV4(stackKey, invalid)
 	b.LookupVIP(nameLocal, stackKey, 4, notLocal)
+	outerChecks(b, false)
 	b.Emit(
 		asm.LoadMem(asm.R1, asm.R9, 0, asm.Byte),
 		asm.Mov.Reg(asm.R2, asm.R1),
@@ -151,6 +174,7 @@ func instructions(guePort uint16) (asm.Instructions, error) {
 	b.Mark("tun_v6")
 	b.VIPKeyV6(stackKey)
 	b.LookupVIP(nameLocal, stackKey, 6, notLocal)
+	outerChecks(b, true)
 	b.Emit(
 		asm.LoadMem(asm.R1, asm.R9, 0, asm.Byte),
 		asm.RSh.Imm(asm.R1, 4),
@@ -173,11 +197,19 @@ func instructions(guePort uint16) (asm.Instructions, error) {
 	} {
 		tunnel(b, o, invalid)
 	}
+	innerChecks(b, false)
+	innerChecks(b, true)
 	strip(b, invalid, count)
 
 	b.Verdict(invalid, bpfasm.XDPPass, statPassedInvalid, count)
 	b.Verdict(notTunnel, bpfasm.XDPPass, statPassedNotTunnel, count)
 	b.Verdict(notLocal, bpfasm.XDPPass, statPassedNotLocal, count)
+	b.Verdict(dropOuterTTL, bpfasm.XDPDrop, statDroppedOuterTTL, count)
+	b.Verdict(dropOuterMartian, bpfasm.XDPDrop, statDroppedOuterMartian, count)
+	b.Verdict(dropNotAllowed, bpfasm.XDPDrop, statDroppedNotAllowed, count)
+	b.Verdict(dropInnerMartian, bpfasm.XDPDrop, statDroppedInnerMartian, count)
+	b.Verdict(dropInnerOwn, bpfasm.XDPDrop, statDroppedInnerOwn, count)
+	b.Verdict(dropNotServed, bpfasm.XDPDrop, statDroppedNotServed, count)
 	b.Count(count, nameCounters, stackStat)
 	return b.Instructions()
 }
@@ -239,12 +271,143 @@ func tunnel(b *bpfasm.Builder, o outer, invalid string) {
 				asm.LoadMem(asm.R1, asm.R9, 0, asm.Byte),
 				asm.RSh.Imm(asm.R1, 4),
 				asm.JNE.Imm(asm.R1, in.version, invalid),
-				asm.Mov.Imm(asm.R5, bpfasm.BE16(in.etherType)),
-				asm.Mov.Imm(asm.R0, kind.stat), // kept on the stack across the call
-				asm.Ja.Label("strip"),
+				// Both kept on the stack across the inner checks' calls.
+				asm.Mov.Imm(asm.R0, kind.stat),
+				asm.StoreMem(asm.RFP, stackStat, asm.R0, asm.Word),
+				asm.StoreMem(asm.RFP, stackStrip, asm.R4, asm.DWord),
+				asm.Ja.Label(fmt.Sprintf("inner%d", in.version)),
 			)
 		}
 	}
+}
+
+// Labels of the drop verdicts.
+const (
+	dropOuterTTL     = "drop_outer_ttl"
+	dropOuterMartian = "drop_outer_martian"
+	dropNotAllowed   = "drop_not_allowed"
+	dropInnerMartian = "drop_inner_martian"
+	dropInnerOwn     = "drop_inner_own"
+	dropNotServed    = "drop_not_served"
+)
+
+// outerChecks emits the checks of the outer header's source at r9 (its
+// fixed part, which the caller has bounds-checked): TTL or hop limit not
+// 0, the source no martian and in Allow. Only what the balancers send
+// goes on; the rest is dropped, not passed: a kernel with tunnel devices
+// would decapsulate it unchecked. Clobbers r0-r5.
+func outerChecks(b *bpfasm.Builder, v6 bool) {
+	ttl, src := int16(ipv4TTLOff), int16(ipv4SrcOff)
+	if v6 {
+		ttl, src = ipv6HopOff, ipv6SrcOff
+	}
+	b.Emit(
+		asm.LoadMem(asm.R1, asm.R9, ttl, asm.Byte),
+		asm.JEq.Imm(asm.R1, 0, dropOuterTTL),
+	)
+	prefixKey(b, v6, src)
+	lookupPrefix(b, nameMartian, dropOuterMartian, "")
+	lookupPrefix(b, nameAllow, "", dropNotAllowed)
+}
+
+// innerChecks emits the block at label innerV (V the inner version) that
+// checks the inner header at r9 before strip: its source no martian, not
+// a balancer's (Allow), not a VIP nor a local address of this host; its
+// destination a VIP, so that the kernel only ever delivers the inner
+// packet locally and never routes it on. The bytes to strip and the
+// counter index come from the stack, where the tunnel blocks left them.
+func innerChecks(b *bpfasm.Builder, v6 bool) {
+	src, dst, v, etherType := int16(ipv4SrcOff), int16(ipv4DstOff), int32(4), uint16(packet.EtherTypeIPv4)
+	if v6 {
+		src, dst, v, etherType = ipv6SrcOff, ipv6DstOff, 6, packet.EtherTypeIPv6
+	}
+	b.Mark(fmt.Sprintf("inner%d", v))
+	prefixKey(b, v6, src)
+	lookupPrefix(b, nameMartian, dropInnerMartian, "")
+	lookupPrefix(b, nameAllow, dropInnerOwn, "")
+	lookupPrefix(b, nameVIPs, dropInnerOwn, "")
+	addrKey(b, v6, src)
+	b.Emit(
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, stackKey),
+		asm.LoadMapPtr(asm.R1, 0).WithReference(nameLocal),
+		asm.FnMapLookupElem.Call(),
+		asm.JNE.Imm(asm.R0, 0, dropInnerOwn),
+	)
+	prefixKey(b, v6, dst)
+	lookupPrefix(b, nameVIPs, "", dropNotServed)
+	b.Emit(
+		asm.Mov.Imm(asm.R5, bpfasm.BE16(etherType)),
+		asm.LoadMem(asm.R4, asm.RFP, stackStrip, asm.DWord),
+		asm.LoadMem(asm.R0, asm.RFP, stackStat, asm.Word),
+		asm.Ja.Label("strip"),
+	)
+}
+
+// prefixKey writes the prefix-map key (see prefixKeyOf) of the address at
+// r9+off, of the whole address's length, at stackLPM.
+func prefixKey(b *bpfasm.Builder, v6 bool, off int16) {
+	bits, family := int64(32+32), []byte{0, 0, 0, 4}
+	if v6 {
+		bits, family = 32+128, []byte{0, 0, 0, 6}
+	}
+	b.Emit(
+		asm.StoreImm(asm.RFP, stackLPM, bits, asm.Word),
+		asm.StoreImm(asm.RFP, stackLPM+4, int64(int32(binary.NativeEndian.Uint32(family))), asm.Word),
+	)
+	if v6 {
+		b.Emit(
+			asm.LoadMem(asm.R3, asm.R9, off, asm.DWord),
+			asm.StoreMem(asm.RFP, stackLPM+8, asm.R3, asm.DWord),
+			asm.LoadMem(asm.R3, asm.R9, off+8, asm.DWord),
+			asm.StoreMem(asm.RFP, stackLPM+16, asm.R3, asm.DWord),
+		)
+		return
+	}
+	b.Emit(
+		asm.LoadMem(asm.R3, asm.R9, off, asm.Word),
+		asm.StoreMem(asm.RFP, stackLPM+8, asm.R3, asm.Word),
+		asm.StoreImm(asm.RFP, stackLPM+12, 0, asm.Word),
+		asm.StoreImm(asm.RFP, stackLPM+16, 0, asm.Word),
+		asm.StoreImm(asm.RFP, stackLPM+20, 0, asm.Word),
+	)
+}
+
+// lookupPrefix looks the key at stackLPM up in the prefix map m and jumps
+// to hit when it is covered, to miss when it is not ("": fall through).
+func lookupPrefix(b *bpfasm.Builder, m, hit, miss string) {
+	b.Emit(
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, stackLPM),
+		asm.LoadMapPtr(asm.R1, 0).WithReference(m),
+		asm.FnMapLookupElem.Call(),
+	)
+	if hit != "" {
+		b.Emit(asm.JNE.Imm(asm.R0, 0, hit))
+	}
+	if miss != "" {
+		b.Emit(asm.JEq.Imm(asm.R0, 0, miss))
+	}
+}
+
+// addrKey writes the Local map's key of the address at r9+off at stackKey.
+func addrKey(b *bpfasm.Builder, v6 bool, off int16) {
+	if v6 {
+		b.Emit(
+			asm.LoadMem(asm.R3, asm.R9, off, asm.DWord),
+			asm.StoreMem(asm.RFP, stackKey, asm.R3, asm.DWord),
+			asm.LoadMem(asm.R3, asm.R9, off+8, asm.DWord),
+			asm.StoreMem(asm.RFP, stackKey+8, asm.R3, asm.DWord),
+		)
+		return
+	}
+	b.Emit(
+		asm.StoreImm(asm.RFP, stackKey, 0, asm.Word),
+		asm.StoreImm(asm.RFP, stackKey+4, 0, asm.Word),
+		asm.StoreImm(asm.RFP, stackKey+8, bpfasm.MappedPrefix(), asm.Word),
+		asm.LoadMem(asm.R3, asm.R9, off, asm.Word),
+		asm.StoreMem(asm.RFP, stackKey+12, asm.R3, asm.Word),
+	)
 }
 
 // strip emits the block that removes r4 bytes after the Ethernet header

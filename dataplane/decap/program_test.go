@@ -3,10 +3,14 @@ package decap
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
+	"xlb/dataplane/craft"
 	"xlb/dataplane/packet"
 	"xlb/internal/bpfasm"
 )
@@ -219,4 +223,212 @@ func arp() []byte {
 	binary.BigEndian.PutUint16(f[12:], 0x0806)
 	copy(f[14:], []byte{0, 1, 8, 0, 6, 4, 0, 1})
 	return f
+}
+
+// innerFrom is a client-like UDP frame from src to dst (one family).
+func innerFrom(tb testing.TB, src, dst netip.Addr) []byte {
+	tb.Helper()
+	f, err := craft.Build(&craft.Packet{Src: src, Dst: dst, Proto: packet.ProtoUDP, SrcPort: 41000, DstPort: 53, PayloadLen: 40})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return f
+}
+
+// TestDropsWhatBalancersDoNotSend: a tunnel frame to a local address is
+// decapsulated only when a balancer could have sent it; otherwise it is
+// dropped (XDP_DROP, never passed to a kernel that might decapsulate it
+// with a tunnel device) and counted by the first reason that applies:
+// outer TTL or hop limit 0, outer source a martian, outer source not
+// allowed, inner source a martian, inner source this host's own (a local
+// address, a VIP) or a balancer's, inner destination not a VIP (which
+// with ip_forward=1 the kernel would route to another host). Each reason
+// over both outer families and both kinds where the header differs.
+func TestDropsWhatBalancersDoNotSend(t *testing.T) {
+	o := load(t, testPort)
+	a := netip.MustParseAddr
+	in4 := innerFrom(t, client4, vip4)
+	in6 := innerFrom(t, client6, vip6)
+	ttl0 := func(f []byte) []byte { f[14+8] = 0; return f }
+	hop0 := func(f []byte) []byte { f[14+7] = 0; return f }
+	type tc struct {
+		name  string
+		frame []byte
+		stat  int
+	}
+	cases := []tc{
+		{"IPIP outer TTL 0", edit(encap(t, in4, lb4, local4, false), ttl0), statDroppedOuterTTL},
+		{"GUE outer TTL 0", edit(encap(t, in6, lb4, local4, true), ttl0), statDroppedOuterTTL},
+		{"IPIP outer hop limit 0", edit(encap(t, in6, lb6, local6, false), hop0), statDroppedOuterTTL},
+		{"GUE outer hop limit 0", edit(encap(t, in4, lb6, local6, true), hop0), statDroppedOuterTTL},
+		{"outer source 0.0.0.0 and TTL 0: the TTL first", edit(encap(t, in4, a("0.0.0.0"), local4, false), ttl0), statDroppedOuterTTL},
+
+		{"outer source not allowed, IPIP/4", encap(t, in4, other4, local4, false), statDroppedNotAllowed},
+		{"outer source not allowed, GUE/4", encap(t, in4, other4, local4, true), statDroppedNotAllowed},
+		{"outer source not allowed, IPIP/6", encap(t, in6, other6, local6, false), statDroppedNotAllowed},
+		{"outer source not allowed, GUE/6", encap(t, in6, other6, local6, true), statDroppedNotAllowed},
+		{"outer source a public address", encap(t, in4, a("198.51.100.7"), local4, true), statDroppedNotAllowed},
+		{"outer source a VIP", encap(t, in4, vip4, local4, false), statDroppedNotAllowed},
+		{"outer source the host's own", encap(t, in4, local4, local4, false), statDroppedNotAllowed},
+	}
+	for _, s := range []string{"0.0.0.0", "127.0.0.1", "169.254.1.1", "224.0.0.1", "240.0.0.1", "255.255.255.255"} {
+		cases = append(cases, tc{"outer source " + s, encap(t, in4, a(s), local4, false), statDroppedOuterMartian})
+	}
+	for _, s := range []string{"::", "::1", "fe80::1", "ff02::1", "::ffff:" + lb4.String()} {
+		cases = append(cases, tc{"outer source " + s, encap(t, in6, a(s), local6, true), statDroppedOuterMartian})
+	}
+	for _, s := range []string{"0.0.0.0", "127.0.0.1", "169.254.1.1", "224.0.0.1", "240.0.0.1", "255.255.255.255"} {
+		cases = append(cases,
+			tc{"IPIP inner source " + s, encap(t, innerFrom(t, a(s), vip4), lb4, local4, false), statDroppedInnerMartian},
+			tc{"GUE/6 inner source " + s, encap(t, innerFrom(t, a(s), vip4), lb6, local6, true), statDroppedInnerMartian})
+	}
+	for _, s := range []string{"::", "::1", "fe80::1", "ff02::1", "::ffff:" + client4.String()} {
+		cases = append(cases,
+			tc{"IPIP inner source " + s, encap(t, innerFrom(t, a(s), vip6), lb6, local6, false), statDroppedInnerMartian},
+			tc{"GUE/4 inner source " + s, encap(t, innerFrom(t, a(s), vip6), lb4, local4, true), statDroppedInnerMartian})
+	}
+	for _, own := range []struct {
+		what     string
+		src, dst netip.Addr
+	}{
+		{"the balancer's", lb4, vip4}, {"the balancer's", lb6, vip6},
+		{"the host's own", local4, vip4}, {"the host's own", local6, vip6},
+		{"the VIP itself", vip4, vip4}, {"the VIP itself", vip6, vip6},
+	} {
+		in := innerFrom(t, own.src, own.dst)
+		cases = append(cases,
+			tc{fmt.Sprintf("IPIP inner source %s %v", own.what, own.src), encap(t, in, lb4, local4, false), statDroppedInnerOwn},
+			tc{fmt.Sprintf("GUE inner source %s %v", own.what, own.src), encap(t, in, lb6, local6, true), statDroppedInnerOwn})
+	}
+	for _, dst := range []netip.Addr{other4, a("192.0.2.1"), local4, lb4, other6, a("2001:db8::1"), local6} {
+		src := client4
+		if dst.Is6() {
+			src = client6
+		}
+		in := innerFrom(t, src, dst)
+		cases = append(cases,
+			tc{fmt.Sprintf("IPIP inner destination %v, not a VIP", dst), encap(t, in, lb4, local4, false), statDroppedNotServed},
+			tc{fmt.Sprintf("GUE inner destination %v, not a VIP", dst), encap(t, in, lb6, local6, true), statDroppedNotServed})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if verdict, _ := run(t, o, c.frame, c.stat); verdict != bpfasm.XDPDrop {
+				t.Errorf("verdict %d, want XDP_DROP", verdict)
+			}
+		})
+	}
+	// The same frames, outer and inner sources and destinations as the
+	// balancers write them, are decapsulated: the checks above are what
+	// dropped them.
+	for _, f := range [][]byte{encap(t, in4, lb4, local4, false), encap(t, in6, lb6, local6, true), encap(t, in4, lb6, local6, true)} {
+		if verdict, out := run(t, o, f, -1); verdict != bpfasm.XDPPass || len(out) >= len(f) {
+			t.Errorf("a genuine frame: verdict %d, %d bytes out of %d", verdict, len(out), len(f))
+		}
+	}
+}
+
+// TestAllowPrefixes: Allow and VIPs hold prefixes: a balancer inside an
+// allowed prefix is accepted, one outside it is not, an inner source
+// inside it is a balancer's and dropped; a VIP prefix serves every
+// address in it. An empty Allow drops every tunnel frame, and SetAllow
+// replaces the list in place.
+func TestAllowPrefixes(t *testing.T) {
+	o := load(t, testPort)
+	a := netip.MustParseAddr
+	p := netip.MustParsePrefix
+	if err := o.SetAllow([]netip.Prefix{p("10.201.0.0/28"), p("fd00:201::/124")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.SetVIPs([]netip.Prefix{p("10.203.0.0/24"), p("fd00:203::/64")}); err != nil {
+		t.Fatal(err)
+	}
+	in := innerFrom(t, client4, a("10.203.0.77"))
+	for _, c := range []struct {
+		name  string
+		frame []byte
+		stat  int
+	}{
+		{"balancer 10.201.0.5 in 10.201.0.0/28, VIP 10.203.0.77 in 10.203.0.0/24", encap(t, in, a("10.201.0.5"), local4, false), statIPIP4},
+		{"balancer fd00:201::f in fd00:201::/124", encap(t, innerFrom(t, client6, a("fd00:203::99")), a("fd00:201::f"), local6, true), statGUE6},
+		{"source 10.201.0.16 outside 10.201.0.0/28", encap(t, in, a("10.201.0.16"), local4, false), statDroppedNotAllowed},
+		{"inner source 10.201.0.9 inside the balancers' prefix", encap(t, innerFrom(t, a("10.201.0.9"), vip4), lb4, local4, false), statDroppedInnerOwn},
+		{"inner destination 10.203.1.1 outside the VIP prefix", encap(t, innerFrom(t, client4, a("10.203.1.1")), lb4, local4, false), statDroppedNotServed},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			want := uint32(bpfasm.XDPPass)
+			if c.stat >= statDroppedOuterTTL {
+				want = bpfasm.XDPDrop
+			}
+			if verdict, _ := run(t, o, c.frame, c.stat); verdict != want {
+				t.Errorf("verdict %d, want %d", verdict, want)
+			}
+		})
+	}
+	if err := o.SetAllow(nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range [][]byte{encap(t, in, a("10.201.0.5"), local4, false), encap(t, inner(t, true, packet.ProtoTCP, 0), lb6, local6, true)} {
+		if verdict, _ := run(t, o, f, statDroppedNotAllowed); verdict != bpfasm.XDPDrop {
+			t.Errorf("with no balancer allowed: verdict %d, want XDP_DROP", verdict)
+		}
+	}
+	for _, bad := range []string{"0.0.0.0/0", "::/0", "10.201.0.1/24", "127.0.0.1/32", "224.0.0.0/3", "fe80::1/128", "::ffff:10.0.0.1/128"} {
+		if err := o.SetAllow([]netip.Prefix{p(bad)}); !errors.Is(err, ErrPrefix) {
+			t.Errorf("SetAllow(%s): %v, want ErrPrefix", bad, err)
+		}
+	}
+}
+
+// FuzzProgram: any frame comes out of the program passed or dropped,
+// counted in exactly one counter, the drop counters only with XDP_DROP;
+// seeded with every kind of frame the balancers write and some that they
+// do not.
+func FuzzProgram(f *testing.F) {
+	in4 := inner(f, false, packet.ProtoTCP, 0)
+	in6 := inner(f, true, packet.ProtoUDP, 42)
+	for _, seed := range [][]byte{
+		in4, in6, arp(),
+		encap(f, in4, lb4, local4, false), encap(f, in6, lb6, local6, true),
+		encap(f, in4, lb6, local6, true), encap(f, in6, lb4, local4, false),
+		encap(f, in4, other4, local4, true), encap(f, innerFrom(f, lb4, vip4), lb4, local4, false),
+		encap(f, innerFrom(f, client6, other6), lb6, local6, false),
+	} {
+		f.Add(seed)
+	}
+	o := load(f, testPort)
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		if len(frame) > 4000 {
+			return
+		}
+		before := stats(t, o)
+		out := make([]byte, len(frame)+512)
+		verdict, err := o.Program.Run(&ebpf.RunOptions{Data: frame, DataOut: out})
+		if err != nil {
+			if len(frame) < 14 {
+				return // the kernel's runner refuses frames shorter than Ethernet
+			}
+			t.Fatalf("Program.Run: %v", err)
+		}
+		after := stats(t, o)
+		moved := -1
+		for i := range before {
+			switch d := after[i] - before[i]; {
+			case d == 0:
+			case d == 1 && moved < 0:
+				moved = i
+			default:
+				t.Fatalf("counter %s moved by %d (after %v)", statNames[i], d, moved)
+			}
+		}
+		switch {
+		case moved < 0:
+			t.Fatalf("no counter moved, verdict %d", verdict)
+		case verdict != bpfasm.XDPPass && verdict != bpfasm.XDPDrop:
+			t.Fatalf("verdict %d", verdict)
+		case moved >= statDroppedOuterTTL && verdict != bpfasm.XDPDrop:
+			t.Fatalf("%s with verdict %d, want XDP_DROP", statNames[moved], verdict)
+		case verdict == bpfasm.XDPDrop && moved < statDroppedOuterTTL && moved != statPassedInvalid:
+			t.Fatalf("XDP_DROP counted %s", statNames[moved])
+		}
+	})
 }

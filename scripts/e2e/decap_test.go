@@ -27,11 +27,13 @@ type decapStats struct {
 }
 
 // attachDecap runs `xlb decap` on backend be's interface (GUE port of the
-// config, pins in the bpffs at pinDir) and detaches it when t ends,
-// checking that --detach says so.
+// config, the balancer's addresses on the backends' subnet, its outer
+// sources, allowed, lo's VIPs served, pins in the bpffs at pinDir) and
+// detaches it when t ends, checking that --detach says so.
 func attachDecap(t *testing.T, be *testbed.Backend, pinDir string) {
 	t.Helper()
-	out, err := testbed.Exec(be.NS, xlbBin, "decap", "--iface", be.Iface, "--gue-port", fmt.Sprint(guePort), "--pin-dir", pinDir)
+	out, err := testbed.Exec(be.NS, xlbBin, "decap", "--iface", be.Iface, "--gue-port", fmt.Sprint(guePort), "--pin-dir", pinDir,
+		"--allow-from", testbed.LBBackendSide4.String()+","+testbed.LBBackendSide6.String())
 	if err != nil {
 		t.Fatalf("xlb decap on %s: %v", be.Name, err)
 	}
@@ -80,7 +82,8 @@ func pinRoot(t *testing.T) string {
 // backend's kernel from the VIP on its lo, and the answer goes straight to
 // the client (DSR). The backend's counter for the case's encapsulation and
 // outer family grows by at least the number of packets that carried the
-// requests; nothing the balancer sent is counted as invalid or not local.
+// requests; nothing the balancer sent is counted as invalid, not local or
+// dropped (its outer sources are the allowed ones, the VIPs on lo served).
 func checkDecapsulated(t *testing.T, b *testbed.Bed) {
 	const exchanges = 10
 	root := pinRoot(t)
@@ -126,9 +129,11 @@ func checkDecapsulated(t *testing.T, b *testbed.Bed) {
 			if d := counter(after) - counter(before); d < 4*exchanges {
 				t.Errorf("%s: the backend's counter grew by %d over %d exchanges, want at least %d", tc.name, d, exchanges, 4*exchanges)
 			}
-			if after.Counters.PassedInvalid != before.Counters.PassedInvalid || after.Counters.PassedNotLocal != before.Counters.PassedNotLocal {
-				t.Errorf("%s: passed_invalid %d -> %d, passed_not_local %d -> %d: frames the balancer sent were not decapsulated",
-					tc.name, before.Counters.PassedInvalid, after.Counters.PassedInvalid, before.Counters.PassedNotLocal, after.Counters.PassedNotLocal)
+			if after.Counters.PassedInvalid != before.Counters.PassedInvalid || after.Counters.PassedNotLocal != before.Counters.PassedNotLocal ||
+				after.Counters.Dropped() != before.Counters.Dropped() {
+				t.Errorf("%s: passed_invalid %d -> %d, passed_not_local %d -> %d, dropped %d -> %d: frames the balancer sent were not decapsulated",
+					tc.name, before.Counters.PassedInvalid, after.Counters.PassedInvalid, before.Counters.PassedNotLocal, after.Counters.PassedNotLocal,
+					before.Counters.Dropped(), after.Counters.Dropped())
 			}
 			t.Logf("%s: %d HTTP and %d UDP exchanges with %s through its decap program (%d frames decapsulated)",
 				tc.name, exchanges, exchanges, be.Name, counter(after)-counter(before))
