@@ -1,5 +1,11 @@
 package conntrack
 
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
 // dropMisplaced clears every used slot of a table another process left
 // whose key could not have been stored there: its hash, under the table's
 // seed, names another bucket or home than the slot records. The header's
@@ -8,8 +14,25 @@ package conntrack
 // random bytes passes with odds of one in the table's capacity. Slots a
 // writer was inside (odd sequence) are repair's. It returns how many it
 // cleared; repair then fits reaches and recounts. No concurrent use.
-func (t *Table) dropMisplaced() (cleared int) {
-	for bi := range t.buckets {
+func (t *Table) dropMisplaced() int {
+	// Buckets are independent: one range of them per CPU, so that a
+	// large table's walk (memory bound) does not lengthen a restart's gap
+	// more than it must.
+	n := len(t.buckets)
+	parts := max(1, min(runtime.GOMAXPROCS(0), n/4096))
+	per := (n + parts - 1) / parts
+	var cleared atomic.Int64
+	var wg sync.WaitGroup
+	for lo := 0; lo < n; lo += per {
+		wg.Go(func() { cleared.Add(int64(t.dropMisplacedIn(lo, min(n, lo+per)))) })
+	}
+	wg.Wait()
+	return int(cleared.Load())
+}
+
+// dropMisplacedIn is dropMisplaced for buckets [lo, hi).
+func (t *Table) dropMisplacedIn(lo, hi int) (cleared int) {
+	for bi := lo; bi < hi; bi++ {
 		b := &t.buckets[bi]
 		for i := range slotsPerBucket {
 			s := &b.slots[i]
