@@ -72,10 +72,8 @@ func (s *stack) openTable() (*conntrack.Table, *controlplane.State, *keeper, err
 		ct, err := conntrack.New(d.ConntrackCapacity)
 		return ct, nil, nil, err
 	}
-	if err := os.MkdirAll(d.StateDir, 0o700); err != nil {
-		return fallback(err)
-	}
-	if err := safedir.Check(d.StateDir, stateOwner()); err != nil {
+	// Made (0700) only under directories no one else could move.
+	if err := safedir.MkdirAll(d.StateDir, stateOwner()); err != nil {
 		if errors.Is(err, safedir.ErrUnsafe) {
 			return nil, nil, nil, errStateDir{err}
 		}

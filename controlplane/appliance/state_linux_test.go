@@ -107,6 +107,10 @@ func TestOpenTable_UnsafeStateDirRefused(t *testing.T) {
 			open := stateMkdir(t, filepath.Join(base, "open"), 0o777)
 			return stateMkdir(t, filepath.Join(open, "sd"), 0o700)
 		}, "above it, is writable by group or others and not sticky"},
+		// Not made: the directory would be another user's to move.
+		"missing, under a parent others may write": {func(t *testing.T, base string) string {
+			return filepath.Join(stateMkdir(t, filepath.Join(base, "open"), 0o777), "sd")
+		}, "above it, is writable by group or others and not sticky"},
 	}
 	if os.Geteuid() == 0 {
 		cases["owned by 65534"] = struct {
@@ -121,6 +125,7 @@ func TestOpenTable_UnsafeStateDirRefused(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			dir := c.make(t, t.TempDir())
+			_, missing := os.Lstat(dir)
 			s, _ := stateStack(dir)
 			ct, _, _, err := s.openTable()
 			if _, ok := errors.AsType[errStateDir](err); !ok || ct != nil {
@@ -131,6 +136,9 @@ func TestOpenTable_UnsafeStateDirRefused(t *testing.T) {
 			}
 			if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 				t.Errorf("%d files created in the refused directory", len(ents))
+			}
+			if _, err := os.Lstat(dir); missing != nil && err == nil {
+				t.Error("the refused directory was made")
 			}
 		})
 	}

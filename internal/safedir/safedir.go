@@ -57,17 +57,53 @@ func Check(dir string, uid int) error {
 	if parent == abs {
 		return nil
 	}
-	if err := ancestors(parent, uid); err != nil {
-		return err
-	}
-	// A link among the ancestors leads elsewhere: the path it leads to
-	// must be as safe (its links checked above are owned, so only root
-	// or uid could have made them).
-	real, err := filepath.EvalSymlinks(parent)
+	return chain(parent, uid)
+}
+
+// MkdirAll makes dir (0700, as any missing directory above it) once the
+// nearest directory above it that exists has been checked as Check checks
+// an ancestor, so that nothing is made where another user could move it;
+// then it checks dir (Check).
+func MkdirAll(dir string, uid int) error {
+	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return err
 	}
-	if real != parent {
+	p := abs
+	for {
+		_, err := os.Lstat(p)
+		if err == nil {
+			break
+		}
+		up := filepath.Dir(p)
+		if !errors.Is(err, fs.ErrNotExist) || up == p {
+			return err
+		}
+		p = up
+	}
+	if p != abs {
+		if err := chain(p, uid); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(abs, 0o700); err != nil {
+			return err
+		}
+	}
+	return Check(abs, uid)
+}
+
+// chain checks p and the directories above it (ancestors), and where a
+// link among them leads elsewhere, the path it leads to as well: the
+// links checked are owned, so only root or uid could have made them.
+func chain(p string, uid int) error {
+	if err := ancestors(p, uid); err != nil {
+		return err
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return err
+	}
+	if real != p {
 		return ancestors(real, uid)
 	}
 	return nil

@@ -238,3 +238,31 @@ func TestMemoryFS(t *testing.T) {
 		t.Errorf("/proc: memory %v, %v", mem, err)
 	}
 }
+
+// TestMkdirAll: a missing directory is made 0700 with its missing
+// parents under a safe directory; under one others may write (not
+// sticky) nothing is made and the error says where; an existing unsafe
+// directory is refused as Check refuses it.
+func TestMkdirAll(t *testing.T) {
+	uid := os.Geteuid()
+	b := base(t)
+	dir := filepath.Join(b, "run", "xlb")
+	if err := MkdirAll(dir, uid); err != nil {
+		t.Fatalf("MkdirAll: %v", err)
+	}
+	for _, p := range []string{filepath.Join(b, "run"), dir} {
+		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v, %v; want a 0700 directory", p, fi.Mode(), err)
+		}
+	}
+	if err := MkdirAll(dir, uid); err != nil {
+		t.Errorf("MkdirAll of an existing safe directory: %v", err)
+	}
+	open := mkdir(t, filepath.Join(b, "open"), 0o777)
+	err := MkdirAll(filepath.Join(open, "a", "b"), uid)
+	wantUnsafe(t, "under a 0777 directory", err, open+", above it, is writable by group or others")
+	if _, err := os.Lstat(filepath.Join(open, "a")); !os.IsNotExist(err) {
+		t.Errorf("a directory was made under the 0777 one: %v", err)
+	}
+	wantUnsafe(t, "an existing 0777 directory", MkdirAll(open, uid), "writable by group or others")
+}
