@@ -336,3 +336,53 @@ func TestDropUnknown(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenTable_WarnsOffMemory: a state_dir on a file system that is not
+// in memory (an overlay, here) is used with one warning naming it; one on
+// tmpfs gets none. Both are mounted in the test thread's own mount
+// namespace.
+func TestOpenTable_WarnsOffMemory(t *testing.T) {
+	nettest.RequireRoot(t)
+	base := t.TempDir()
+	const warning = "state_dir is not on a memory file system (tmpfs): every table write may reach the disk, and a reboot leaves a table that is refused"
+	err := nsx.OnThread(func() error {
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			return fmt.Errorf("unshare: %w", err)
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			return fmt.Errorf("making / private: %w", err)
+		}
+		if err := unix.Mount("xlbtest", base, "tmpfs", 0, "mode=0700"); err != nil {
+			return fmt.Errorf("mounting tmpfs: %w", err)
+		}
+		for _, d := range []string{"lower", "upper", "work", "merged"} {
+			if err := os.Mkdir(filepath.Join(base, d), 0o700); err != nil {
+				return err
+			}
+		}
+		merged := filepath.Join(base, "merged")
+		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", filepath.Join(base, "lower"), filepath.Join(base, "upper"), filepath.Join(base, "work"))
+		if err := unix.Mount("overlay", merged, "overlay", 0, opts); err != nil {
+			return fmt.Errorf("mounting an overlay: %w", err)
+		}
+		for _, c := range []struct {
+			dir  string
+			warn int
+		}{{filepath.Join(merged, "sd"), 1}, {filepath.Join(base, "sd"), 0}} {
+			s, logs := stateStack(c.dir)
+			if _, _, _, err := s.openTable(); err != nil {
+				return fmt.Errorf("openTable(%s): %w", c.dir, err)
+			}
+			if got := logs.FilterMessage(warning).Len(); got != c.warn {
+				t.Errorf("%s: %d warnings that it is not in memory, want %d (log %v)", c.dir, got, c.warn, logs.All())
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, unix.ENODEV) {
+		t.Skip("the kernel has no overlayfs, the file system this test mounts:", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
