@@ -24,8 +24,8 @@ type OpenInfo struct {
 	// not be where it was (damage over the slots: dropMisplaced).
 	Misplaced int
 	// Refused is why an existing file was not used (nil: none, kept or
-	// migrated): ErrForeignFile, or safedir.ErrUnsafe for a link or a
-	// file others could have written; it was renamed to RefusedAs and
+	// migrated): ErrForeignFile, or ErrUnsafeFile for a link or a file
+	// others could have written; it was renamed to RefusedAs and
 	// the table starts empty.
 	Refused   error
 	RefusedAs string

@@ -15,8 +15,6 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"xlb/internal/safedir"
 )
 
 // A table file keeps a table across processes: a header, then the buckets
@@ -174,7 +172,7 @@ func unhex(c byte) byte {
 // ".refused") and reported in OpenInfo.Refused, never used; so is one
 // that cannot be migrated (no room for the new file), and, never opened,
 // a link, a file that is not regular, one owned by neither root nor this
-// uid, or one group or others may write (safedir.ErrUnsafe). Damaged
+// uid, or one group or others may write (ErrUnsafeFile). Damaged
 // slots of a kept table are cleared (OpenInfo.Misplaced). The file is locked
 // (flock) while the table lives: a second process gets an error. now
 // expires nothing; it only decides which entries are live. An error
@@ -191,10 +189,10 @@ func Open(path string, capacity int, now int64) (*Table, OpenInfo, error) {
 	}
 	size := n * int(unsafe.Sizeof(bucket{}))
 	// Not through a link, and only a file no one but root and this
-	// uid could have written (safedir.Open): any other is moved aside
+	// uid could have written (openTableFile): any other is moved aside
 	// (rename moves a link itself, never its target) and never opened.
-	f, err := safedir.Open(path, os.O_RDWR|os.O_CREATE, os.Geteuid())
-	if errors.Is(err, safedir.ErrUnsafe) {
+	f, err := openTableFile(path)
+	if errors.Is(err, ErrUnsafeFile) {
 		return refuse(path, nil, n, size, boot, info, err)
 	}
 	if err != nil {
@@ -278,12 +276,12 @@ func openNew(path string, n, size int, boot [16]byte, info OpenInfo) (*Table, Op
 }
 
 // create makes the file at tmp afresh (whatever was there unlinked, a
-// link never followed: safedir.CreateNew), locked, allocated and with the
+// link never followed: createExcl), locked, allocated and with the
 // header of an empty table of this binary's layout with n buckets: a new
 // seed, and the table ID id (a new one for 0). On error nothing is left
 // at tmp.
 func create(tmp string, n, size int, boot [16]byte, id uint64) (*os.File, fileHeader, error) {
-	f, err := safedir.CreateNew(tmp)
+	f, err := createExcl(tmp)
 	if err != nil {
 		return nil, fileHeader{}, err
 	}

@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-
-	"xlb/internal/safedir"
 )
 
 // outsideFile is a file outside the table's directory with content the
@@ -68,7 +66,7 @@ func TestOpen_LinksNotFollowed(t *testing.T) {
 	}
 	untouched(t, viaTable)
 	untouched(t, viaNew)
-	if !errors.Is(info.Refused, safedir.ErrUnsafe) || info.RefusedAs != path+".refused" {
+	if !errors.Is(info.Refused, ErrUnsafeFile) || info.RefusedAs != path+".refused" {
 		t.Errorf("Open: %+v, want the link refused as unsafe and moved aside", info)
 	}
 	if fi, err := os.Lstat(info.RefusedAs); err != nil || fi.Mode()&os.ModeSymlink == 0 {
@@ -121,7 +119,7 @@ func TestOpen_UnsafeFileRefused(t *testing.T) {
 			}
 			tb, info := openT(t, path, 1024)
 			defer tb.unmap()
-			if info.Kept || !errors.Is(info.Refused, safedir.ErrUnsafe) {
+			if info.Kept || !errors.Is(info.Refused, ErrUnsafeFile) {
 				t.Fatalf("Open: %+v, want refused as unsafe", info)
 			}
 			if _, ok := tb.Lookup(&k, 5); ok {
