@@ -20,8 +20,13 @@ type OpenInfo struct {
 	FromLayout             uint32
 	FromCapacity           int
 	Entries, Torn, Dropped int
+	// Misplaced: slots of a kept table cleared because their key could
+	// not be where it was (damage over the slots: dropMisplaced).
+	Misplaced int
 	// Refused is why an existing file was not used (nil: none, kept or
-	// migrated); it was renamed to RefusedAs and the table starts empty.
+	// migrated): ErrForeignFile, or ErrUnsafeFile for a link or a file
+	// others could have written; it was renamed to RefusedAs and
+	// the table starts empty.
 	Refused   error
 	RefusedAs string
 }

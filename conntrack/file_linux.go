@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"os"
@@ -169,12 +170,16 @@ func unhex(c byte) byte {
 // file of this binary's layout and capacity, which needs room for both
 // files while it runs. Any other file is renamed aside (path +
 // ".refused") and reported in OpenInfo.Refused, never used; so is one
-// that cannot be migrated (no room for the new file). The file is locked
+// that cannot be migrated (no room for the new file), and, never opened,
+// a link, a file that is not regular, one owned by neither root nor this
+// uid, or one group or others may write (ErrUnsafeFile). Damaged
+// slots of a kept table are cleared (OpenInfo.Misplaced). The file is locked
 // (flock) while the table lives: a second process gets an error. now
 // expires nothing; it only decides which entries are live. An error
 // leaves no table; callers fall back to New.
 func Open(path string, capacity int, now int64) (*Table, OpenInfo, error) {
 	var info OpenInfo
+	boot := bootID()
 	if capacity < MinCapacity || capacity > MaxCapacity {
 		return nil, info, fmt.Errorf("%w: %d not in [%d, %d]", ErrCapacity, capacity, MinCapacity, MaxCapacity)
 	}
@@ -183,7 +188,13 @@ func Open(path string, capacity int, now int64) (*Table, OpenInfo, error) {
 		n <<= 1
 	}
 	size := n * int(unsafe.Sizeof(bucket{}))
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	// Not through a link, and only a file no one but root and this
+	// uid could have written (openTableFile): any other is moved aside
+	// (rename moves a link itself, never its target) and never opened.
+	f, err := openTableFile(path)
+	if errors.Is(err, ErrUnsafeFile) {
+		return refuse(path, nil, n, size, boot, info, err)
+	}
 	if err != nil {
 		return nil, info, err
 	}
@@ -196,9 +207,10 @@ func Open(path string, capacity int, now int64) (*Table, OpenInfo, error) {
 		f.Close()
 		return nil, info, err
 	}
-	boot := bootID()
 	if fi.Size() == 0 {
-		f.Close()
+		// Locked until the new file is in place: a second process
+		// that opened this one meanwhile finds it locked.
+		defer f.Close()
 		return openNew(path, n, size, boot, info)
 	}
 	b := make([]byte, fileHeaderSize)
@@ -221,19 +233,23 @@ func Open(path string, capacity int, now int64) (*Table, OpenInfo, error) {
 		return nil, info, err
 	}
 	info.Kept = true
+	info.Misplaced = t.dropMisplaced()
 	info.Torn = t.repair()
 	t.Range(now, func(Key, Entry) bool { info.Entries++; return true })
 	return t, info, nil
 }
 
-// refuse moves the file f at path aside, for why, and opens a new one.
+// refuse moves the file at path aside (f open on it, or nil for one never
+// opened), for why, and opens a new one.
 func refuse(path string, f *os.File, n, size int, boot [16]byte, info OpenInfo, why error) (*Table, OpenInfo, error) {
 	info.Refused, info.RefusedAs = why, path+".refused"
 	// Aside, not deleted: an operator may want to look. The lock stays
 	// with the open descriptor, on the renamed file; the new file gets
 	// its own.
 	rnErr := os.Rename(path, info.RefusedAs)
-	f.Close()
+	if f != nil {
+		f.Close()
+	}
 	if rnErr != nil {
 		return nil, info, fmt.Errorf("moving aside %s: %w", path, rnErr)
 	}
@@ -247,7 +263,9 @@ func openNew(path string, n, size int, boot [16]byte, info OpenInfo) (*Table, Op
 	if err != nil {
 		return nil, info, err
 	}
-	// In place only once complete: a kill before this leaves no half file.
+	// In place only once complete: a kill before this leaves no half
+	// file. The directory is not synced: a table outlives no reboot
+	// (its boot ID), so the rename need not either.
 	if err := os.Rename(tmp, path); err != nil {
 		f.Close()
 		os.Remove(tmp)
@@ -257,11 +275,13 @@ func openNew(path string, n, size int, boot [16]byte, info OpenInfo) (*Table, Op
 	return t, info, err
 }
 
-// create makes the file at tmp, locked, allocated and with the header of
-// an empty table of this binary's layout with n buckets: a new seed, and
-// the table ID id (a new one for 0). On error nothing is left at tmp.
+// create makes the file at tmp afresh (whatever was there unlinked, a
+// link never followed: createExcl), locked, allocated and with the
+// header of an empty table of this binary's layout with n buckets: a new
+// seed, and the table ID id (a new one for 0). On error nothing is left
+// at tmp.
 func create(tmp string, n, size int, boot [16]byte, id uint64) (*os.File, fileHeader, error) {
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := createExcl(tmp)
 	if err != nil {
 		return nil, fileHeader{}, err
 	}

@@ -1,7 +1,11 @@
 package controlplane
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -47,6 +51,49 @@ type BackendRecord struct {
 	WeightState uint8      `json:"weight_state"`
 	Drained     bool       `json:"drained,omitempty"`
 	DrainUntil  int64      `json:"drain_until_ms,omitempty"`
+}
+
+// A state file (state_dir/controlplane.json) is the state's JSON wrapped
+// with its SHA-256: {"sha256":"<hex>","state":{...}}, the sum over the
+// exact bytes of the "state" value. Any edit of those bytes, a slot
+// swapped or a byte damaged, is refused as a state that does not add up
+// is: the sum cannot keep out whoever may write the directory (safedir
+// keeps them out), it tells what xlb wrote from what it did not.
+type stateFile struct {
+	SHA256 string          `json:"sha256"`
+	State  json.RawMessage `json:"state"`
+}
+
+// ErrStateChecksum is what DecodeStateFile's refusal of a file whose sum
+// does not match (or that has none) wraps.
+var ErrStateChecksum = errors.New("control plane state checksum does not match")
+
+// EncodeStateFile is st as a state file.
+func EncodeStateFile(st State) ([]byte, error) {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(b)
+	return json.Marshal(stateFile{SHA256: hex.EncodeToString(sum[:]), State: b})
+}
+
+// DecodeStateFile checks a state file's sum, then decodes and checks its
+// state (ParseState).
+func DecodeStateFile(b []byte) (*State, error) {
+	var f stateFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, err
+	}
+	if f.SHA256 == "" || len(f.State) == 0 {
+		return nil, fmt.Errorf("%w: no sha256 and state (a file of an older xlb, or not xlb's)", ErrStateChecksum)
+	}
+	want, err := hex.DecodeString(f.SHA256)
+	sum := sha256.Sum256(f.State)
+	if err != nil || !bytes.Equal(want, sum[:]) {
+		return nil, fmt.Errorf("%w: the file says %.16s..., its state sums to %x...", ErrStateChecksum, f.SHA256, sum[:8])
+	}
+	return ParseState(f.State)
 }
 
 // ParseState decodes a state and checks what restoring it relies on.

@@ -2,7 +2,9 @@ package controlplane_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -272,5 +274,59 @@ func TestOnRefs_BeforeTheSnapshot(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("state handed to OnRefs %+v lacks b2's ref %#x", seen.Backends, b2.Ref)
+	}
+}
+
+// TestStateFile_Checksum: a state file decodes back to the state it was
+// encoded from; the same file with two backends' slots swapped (valid
+// JSON, a state ParseState accepts), with one byte of the state changed,
+// with a damaged sum, or a bare state without a sum (an older xlb's file)
+// is refused with ErrStateChecksum.
+func TestStateFile_Checksum(t *testing.T) {
+	st := controlplane.State{Format: controlplane.StateFormat, Table: 0xabc, Gens: []uint32{0, 0},
+		Backends: []controlplane.BackendRecord{
+			{Service: "web", IP: netip.MustParseAddr("10.0.1.1"), Slot: 0, Healthy: true, Weight: 1},
+			{Service: "web", IP: netip.MustParseAddr("10.0.1.2"), Slot: 1, Healthy: true, Weight: 1},
+		}}
+	b, err := controlplane.EncodeStateFile(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := controlplane.DecodeStateFile(b)
+	if err != nil {
+		t.Fatalf("DecodeStateFile of its own encoding: %v", err)
+	}
+	if got.Table != st.Table || len(got.Backends) != 2 || got.Backends[0] != st.Backends[0] || got.Backends[1] != st.Backends[1] {
+		t.Fatalf("decoded %+v, want %+v", got, st)
+	}
+	text := string(b)
+	swapped := strings.NewReplacer(`"slot":0`, `"slot":1`, `"slot":1`, `"slot":0`).Replace(text)
+	if swapped == text {
+		t.Fatal("no slots to swap in " + text)
+	}
+	var inner struct{ State json.RawMessage }
+	if err := json.Unmarshal([]byte(swapped), &inner); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := controlplane.ParseState(inner.State); err != nil {
+		t.Fatalf("the swapped state is not one ParseState accepts, so the test proves nothing: %v", err)
+	}
+	bare, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]string{
+		"slots swapped":  swapped,
+		"weight changed": strings.Replace(text, `"weight":1`, `"weight":2`, 1),
+		"sum damaged":    strings.Replace(text, `"sha256":"`, `"sha256":"0`, 1),
+		"no sum":         string(bare),
+	}
+	for name, c := range cases {
+		if c == text {
+			t.Fatalf("%s: the file is unchanged", name)
+		}
+		if _, err := controlplane.DecodeStateFile([]byte(c)); !errors.Is(err, controlplane.ErrStateChecksum) {
+			t.Errorf("%s: DecodeStateFile: %v, want ErrStateChecksum", name, err)
+		}
 	}
 }

@@ -196,6 +196,9 @@ func (s *stack) host() error {
 // backends ready and encapsulation knows its source.
 func (s *stack) neighbours() error {
 	ct, restore, keep, err := s.openTable()
+	if _, ok := errors.AsType[errStateDir](err); ok {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("conntrack: %w", err)
 	}

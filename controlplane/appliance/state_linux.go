@@ -2,8 +2,9 @@ package appliance
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -13,7 +14,9 @@ import (
 
 	"xlb/conntrack"
 	"xlb/controlplane"
+	"xlb/dataplane"
 	"xlb/dataplane/worker"
+	"xlb/internal/safedir"
 )
 
 // The files of dataplane.state_dir: the conntrack table, mapped by every
@@ -34,13 +37,29 @@ type keeper struct {
 	log     *zap.Logger
 
 	mu      sync.Mutex // one write at a time
+	lastErr error      // the last save's (under mu)
 	lastGen uint64     // the snapshot generation the ticker last saved (its own)
 }
 
+// stateOwner is the uid state_dir and its files must belong to (or
+// root): the user xlb runs as.
+func stateOwner() int { return os.Geteuid() }
+
+// errStateDir is a state_dir refused as unsafe: xlb does not start.
+type errStateDir struct{ err error }
+
+func (e errStateDir) Error() string {
+	return "refusing dataplane.state_dir: " + e.err.Error()
+}
+
+func (e errStateDir) Unwrap() error { return e.err }
+
 // openTable returns the conntrack table: kept in state_dir when one is
 // configured (with the state to restore when the previous process left a
-// matching pair), else in anonymous memory. Nothing here stops a start: a
-// file that cannot be used is logged, and the table starts empty.
+// matching pair), else in anonymous memory. A state_dir others could
+// write (safedir.Check) stops the start: root would otherwise trust files
+// another user planted. Nothing else here does: a directory or file that
+// cannot be used is logged, and the table starts empty.
 func (s *stack) openTable() (*conntrack.Table, *controlplane.State, *keeper, error) {
 	d := &s.cfg.Dataplane
 	if d.StateDir == "" {
@@ -53,8 +72,16 @@ func (s *stack) openTable() (*conntrack.Table, *controlplane.State, *keeper, err
 		ct, err := conntrack.New(d.ConntrackCapacity)
 		return ct, nil, nil, err
 	}
-	if err := os.MkdirAll(d.StateDir, 0o700); err != nil {
+	// Made (0700) only under directories no one else could move.
+	if err := safedir.MkdirAll(d.StateDir, stateOwner()); err != nil {
+		if errors.Is(err, safedir.ErrUnsafe) {
+			return nil, nil, nil, errStateDir{err}
+		}
 		return fallback(err)
+	}
+	if mem, magic, err := safedir.MemoryFS(d.StateDir); err == nil && !mem {
+		s.log.Warn("state_dir is not on a memory file system (tmpfs): every table write may reach the disk, and a reboot leaves a table that is refused",
+			zap.String("dir", d.StateDir), zap.String("fs_magic", fmt.Sprintf("%#x", magic)))
 	}
 	ct, info, err := conntrack.Open(path, d.ConntrackCapacity, worker.NowMs())
 	if err != nil {
@@ -81,27 +108,64 @@ func (s *stack) openTable() (*conntrack.Table, *controlplane.State, *keeper, err
 			zap.String("path", filepath.Join(d.StateDir, stateFile)), zap.Error(err))
 		return ct, nil, k, nil
 	}
+	unknown := dropUnknown(ct, st, worker.NowMs())
 	if info.Migrated {
 		// The table keeps its ID across a migration: the state saved
 		// beside it still names it, and its refs are the entries'.
 		s.log.Info("conntrack table migrated from the previous process's layout or capacity", zap.String("path", path),
 			zap.String("from_layout", fmt.Sprintf("%#x", info.FromLayout)), zap.Int("from_capacity", info.FromCapacity),
-			zap.Int("capacity", ct.Capacity()), zap.Int("entries", info.Entries), zap.Int("entries_not_fitting", info.Dropped),
-			zap.Int("torn_slots_skipped", info.Torn), zap.Int("backends", len(st.Backends)))
+			zap.Int("capacity", ct.Capacity()), zap.Int("entries", info.Entries-unknown), zap.Int("entries_not_fitting", info.Dropped),
+			zap.Int("torn_slots_skipped", info.Torn), zap.Int("entries_of_no_backend_dropped", unknown), zap.Int("backends", len(st.Backends)))
 		return ct, st, k, nil
 	}
 	s.log.Info("conntrack table kept from the previous process", zap.String("path", path),
-		zap.Int("entries", info.Entries), zap.Int("torn_slots_cleared", info.Torn), zap.Int("backends", len(st.Backends)))
+		zap.Int("entries", info.Entries-unknown), zap.Int("torn_slots_cleared", info.Torn),
+		zap.Int("misplaced_slots_cleared", info.Misplaced), zap.Int("entries_of_no_backend_dropped", unknown),
+		zap.Int("backends", len(st.Backends)))
 	return ct, st, k, nil
 }
 
-// load reads the state and checks that it goes with the table.
+// dropUnknown deletes the entries of ct that name a service or backend
+// st does not have, and returns how many: no process wrote such an entry
+// for this state (a backend the previous process removed and stopped
+// draining is not in it either, and its entries resolve to nothing
+// anyway). Damage the table's own checks miss ends here. Before any
+// worker runs.
+func dropUnknown(ct *conntrack.Table, st *controlplane.State, now int64) int {
+	svcs := make(map[uint16]bool, len(st.Services))
+	for _, sv := range st.Services {
+		svcs[sv.ID] = true
+	}
+	refs := make(map[uint32]bool, len(st.Backends))
+	for _, b := range st.Backends {
+		refs[uint32(dataplane.MakeRef(b.Slot, b.Gen))] = true
+	}
+	n := 0
+	ct.Range(now, func(k conntrack.Key, e conntrack.Entry) bool {
+		if !svcs[k.Service] || !refs[e.Backend] {
+			if ct.Delete(&k) {
+				n++
+			}
+		}
+		return true
+	})
+	return n
+}
+
+// load reads the state and checks that it goes with the table: a state
+// file that is a link, not root's or the owner's, or others may write is
+// refused (safedir.Open), as is one whose checksum does not match.
 func (k *keeper) load() (*controlplane.State, error) {
-	b, err := os.ReadFile(filepath.Join(k.dir, stateFile))
+	f, err := safedir.Open(filepath.Join(k.dir, stateFile), os.O_RDONLY, stateOwner())
 	if err != nil {
 		return nil, err
 	}
-	st, err := controlplane.ParseState(b)
+	b, err := io.ReadAll(f)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	st, err := controlplane.DecodeStateFile(b)
 	if err != nil {
 		return nil, err
 	}
@@ -111,28 +175,39 @@ func (k *keeper) load() (*controlplane.State, error) {
 	return st, nil
 }
 
-// save writes st for the table: to a temporary file, then renamed over
-// the last, so a reader (the next process) sees one or the other whole.
+// save writes st for the table (safedir.WriteFile: a temporary file,
+// synced, renamed over the last), so a reader (the next process) sees one
+// or the other whole. A save that fails is logged as an error, and
+// remembered for the last word at the teardown.
 func (k *keeper) save(st controlplane.State) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	st.Table = k.tableID
-	if err := k.write(st); err != nil {
-		k.log.Warn("saving the control plane's state", zap.Error(err))
+	err := k.write(st)
+	switch {
+	case err != nil && (k.lastErr == nil || k.lastErr.Error() != err.Error()):
+		// Once per failure, not once a second while the disk is full.
+		k.log.Error("control plane state not saved: the next process may not keep the tracked flows",
+			zap.String("path", filepath.Join(k.dir, stateFile)), zap.Error(err))
+	case err == nil && k.lastErr != nil:
+		k.log.Info("control plane state saved again", zap.String("path", filepath.Join(k.dir, stateFile)))
 	}
+	k.lastErr = err
 }
 
 func (k *keeper) write(st controlplane.State) error {
-	b, err := json.Marshal(st)
+	b, err := controlplane.EncodeStateFile(st)
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(k.dir, stateFile)
-	tmp := path + ".new"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return safedir.WriteFile(k.dir, stateFile, b)
+}
+
+// saved reports the last save's error (nil: it was written).
+func (k *keeper) saved() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lastErr
 }
 
 // run saves health and weight changes every stateEvery until ctx ends,
@@ -148,7 +223,8 @@ func (k *keeper) run(ctx context.Context, cp *controlplane.ControlPlane) {
 		case <-t.C:
 			// Under the control plane's lock: a state read before a
 			// reload's OnRefs must not be written after it.
-			if gen := cp.Snapshot().Gen; gen != k.lastGen {
+			// A save that failed is tried again at every tick.
+			if gen := cp.Snapshot().Gen; gen != k.lastGen || k.saved() != nil {
 				k.lastGen = gen
 				cp.WithState(k.save)
 			}
@@ -167,6 +243,17 @@ func (k *keeper) start(s *stack) {
 	s.undo = append(s.undo, func() {
 		stop()
 		wg.Wait()
-		s.log.Info("control plane state saved", zap.String("dir", k.dir))
+		k.lastWord(s.log)
 	})
+}
+
+// lastWord says whether the teardown's save reached the directory: the
+// next process keeps the tracked flows only then.
+func (k *keeper) lastWord(log *zap.Logger) {
+	if err := k.saved(); err != nil {
+		log.Error("control plane state not saved at the end: the next process will start with an empty table",
+			zap.String("dir", k.dir), zap.Error(err))
+		return
+	}
+	log.Info("control plane state saved", zap.String("dir", k.dir))
 }
