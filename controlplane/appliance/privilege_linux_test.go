@@ -709,20 +709,36 @@ func TestRun_DropsPrivilegesEveryBuild(t *testing.T) {
 				t.Fatal(err)
 			}
 			bin := buildProbe(t, dir, build.cgo)
-			for _, as := range []struct {
-				name  string
-				user  string
-				uid   int
-				owner int // of the files the probe must not reach
-			}{{"Root", "", 0, 1234}, {"Nobody", "nobody", nobody, 0}} {
-				t.Run(as.name, func(t *testing.T) { dropRun(t, dir, bin, as.user, as.uid, as.owner) })
+			for _, as := range []dropCase{
+				{name: "Root", uid: 0, owner: 1234},
+				{name: "Nobody", user: "nobody", uid: nobody, owner: 0},
+				// As packaging/xlb.service starts it: the user already,
+				// with the unit's AmbientCapabilities.
+				{name: "AmbientNobody", user: "nobody", uid: nobody, owner: 0, ambient: unitCaps},
+			} {
+				t.Run(as.name, func(t *testing.T) { dropRun(t, dir, bin, as) })
 			}
 		})
 	}
 }
 
+// unitCaps are packaging/xlb.service's AmbientCapabilities.
+var unitCaps = []uintptr{capNetAdmin, capNetRaw, capBPF, capPerfmon, unix.CAP_IPC_LOCK, unix.CAP_NET_BIND_SERVICE}
+
+// dropCase is who TestRun_DropsPrivilegesEveryBuild starts xlb as.
+type dropCase struct {
+	name  string
+	user  string // dataplane.user
+	uid   int    // who it runs as
+	owner int    // of the files the probe must not reach
+	// ambient: started as uid already, with these capabilities (ambient),
+	// instead of as root.
+	ambient []uintptr
+}
+
 // dropRun is one run of TestRun_DropsPrivilegesEveryBuild.
-func dropRun(t *testing.T, top, bin, user string, uid, owner int) {
+func dropRun(t *testing.T, top, bin string, as dropCase) {
+	user, uid, owner := as.user, as.uid, as.owner
 	dir, err := os.MkdirTemp(top, "run-")
 	if err != nil {
 		t.Fatal(err)
@@ -760,6 +776,12 @@ func dropRun(t *testing.T, top, bin, user string, uid, owner int) {
 	cmd := exec.Command(bin, "run", "-c", cfg)
 	cmd.Env = append(os.Environ(), "XLB_PRIVPROBE_READ="+secret, "XLB_PRIVPROBE_DIR="+closed)
 	cmd.Stdout, cmd.Stderr = log, log
+	if as.ambient != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Credential:  &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}},
+			AmbientCaps: as.ambient,
+		}
+	}
 	must(n.start(cmd))
 	exited := make(chan struct{})
 	var waitErr error
@@ -792,7 +814,11 @@ func dropRun(t *testing.T, top, bin, user string, uid, owner int) {
 	for _, task := range tasks {
 		p := fmt.Sprintf("/proc/%d/task/%s/status", pid, task.Name())
 		c := readThreadCreds(t, p)
-		if c.caps["CapEff"] != want || c.caps["CapPrm"] != want || c.caps["CapBnd"] != want || c.caps["CapInh"] != 0 || c.caps["CapAmb"] != 0 {
+		// Without CAP_SETPCAP (started with the unit's capabilities) the
+		// bounding set stays the one it was started with: systemd's
+		// CapabilityBoundingSet= in the unit.
+		bnd := c.caps["CapBnd"] == want || as.ambient != nil
+		if c.caps["CapEff"] != want || c.caps["CapPrm"] != want || !bnd || c.caps["CapInh"] != 0 || c.caps["CapAmb"] != 0 {
 			t.Errorf("%s: CapEff %x CapPrm %x CapBnd %x CapInh %x CapAmb %x; want CAP_NET_ADMIN (%x) alone in the first three, nothing in the others",
 				p, c.caps["CapEff"], c.caps["CapPrm"], c.caps["CapBnd"], c.caps["CapInh"], c.caps["CapAmb"], want)
 		}

@@ -21,15 +21,16 @@ const (
 	capSetUID   = 7  // and to its uid
 	capNetAdmin = 12 // attach XDP, netlink neighbour requests
 	capNetRaw   = 13 // create AF_XDP sockets
-	capSysAdmin = 21 // BPF before CAP_BPF existed
+	capSysAdmin = 21 // BPF before CAP_BPF and CAP_PERFMON existed
+	capPerfmon  = 38 // the verifier's pointer arithmetic on packet data
 	capBPF      = 39 // load the program, create its maps
 )
 
-var capNames = map[int]string{capNetAdmin: "CAP_NET_ADMIN", capNetRaw: "CAP_NET_RAW", capSysAdmin: "CAP_SYS_ADMIN", capBPF: "CAP_BPF"}
+var capNames = map[int]string{capNetAdmin: "CAP_NET_ADMIN", capNetRaw: "CAP_NET_RAW", capSysAdmin: "CAP_SYS_ADMIN", capPerfmon: "CAP_PERFMON", capBPF: "CAP_BPF"}
 
 // privilegesHint says what the appliance needs when it lacks it; `xlb run`
 // prints it after its own name.
-const privilegesHint = "needs root (or CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF) to attach XDP and open AF_XDP sockets"
+const privilegesHint = "needs root (or CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF and CAP_PERFMON) to attach XDP and open AF_XDP sockets"
 
 // checkPrivileges fails with one line when the process cannot attach XDP
 // and open AF_XDP sockets: not root and without the capabilities, or root
@@ -44,8 +45,8 @@ func checkPrivileges() error {
 		return nil
 	}
 	var missing []string
-	for _, c := range []int{capNetAdmin, capNetRaw, capBPF} {
-		if eff&(1<<c) == 0 && !(c == capBPF && eff&(1<<capSysAdmin) != 0) {
+	for _, c := range []int{capNetAdmin, capNetRaw, capBPF, capPerfmon} {
+		if eff&(1<<c) == 0 && !((c == capBPF || c == capPerfmon) && eff&(1<<capSysAdmin) != 0) {
 			missing = append(missing, capNames[c])
 		}
 	}
@@ -337,8 +338,11 @@ func (c creds) differs(t target, bounding bool) string {
 // kernel.unprivileged_bpf_disabled set (the distributions' default), the
 // bpf() system call refuses every command without CAP_BPF (CAP_SYS_ADMIN
 // where the kernel has no CAP_BPF). Measured: a lookup on m from a thread
-// of its own with only keep effective; that thread ends with its
-// goroutine (locked, never unlocked), its lowered capabilities with it.
+// locked for it, with only keep effective, and its effective set restored
+// after. Restored, not left to die with the thread: a locked thread the
+// runtime cannot end (the main one) would stay, differing from the
+// others, and the drop on every thread that follows ends a process whose
+// threads answer differently.
 func bpfCaps(m interface{ Lookup(key, value any) error }, keep uint64) (uint64, error) {
 	type result struct {
 		need uint64
@@ -348,26 +352,37 @@ func bpfCaps(m interface{ Lookup(key, value any) error }, keep uint64) (uint64, 
 	go func() {
 		runtime.LockOSThread()
 		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-		var data [2]unix.CapUserData
-		if err := unix.Capget(&hdr, &data[0]); err != nil {
+		var orig [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &orig[0]); err != nil {
+			runtime.UnlockOSThread()
 			done <- result{err: fmt.Errorf("capget: %w", err)}
 			return
 		}
 		// Lowered only: a process without some of keep measures with
 		// what it has.
-		data[0].Effective &= uint32(keep)
-		data[1].Effective &= uint32(keep >> 32)
-		if err := unix.Capset(&hdr, &data[0]); err != nil {
-			done <- result{err: fmt.Errorf("capset on the probing thread: %w", err)}
+		low := orig
+		low[0].Effective &= uint32(keep)
+		low[1].Effective &= uint32(keep >> 32)
+		if err := unix.Capset(&hdr, &low[0]); err != nil {
+			runtime.UnlockOSThread()
+			done <- result{err: fmt.Errorf("capset on the measuring thread: %w", err)}
 			return
 		}
 		var key [16]byte
 		var val uint8
-		err := m.Lookup(key, &val)
+		lookupErr := m.Lookup(key, &val)
+		// The permitted set is untouched: the effective one may come back.
+		if err := unix.Capset(&hdr, &orig[0]); err != nil {
+			// Still locked: the thread ends with the goroutine, or stays
+			// out of use.
+			done <- result{err: fmt.Errorf("restoring the measuring thread's capabilities: %w", err)}
+			return
+		}
+		runtime.UnlockOSThread()
 		switch {
-		case errors.Is(err, unix.EPERM) && lastCap() >= capBPF:
+		case errors.Is(lookupErr, unix.EPERM) && lastCap() >= capBPF:
 			done <- result{need: 1 << capBPF}
-		case errors.Is(err, unix.EPERM):
+		case errors.Is(lookupErr, unix.EPERM):
 			done <- result{need: 1 << capSysAdmin}
 		default:
 			done <- result{} // found or not: it was allowed
