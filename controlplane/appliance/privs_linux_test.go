@@ -88,7 +88,10 @@ func TestDropper_MeasuresBPF(t *testing.T) {
 // nothing is dropped and a warning says so.
 func TestDropper_Refuses(t *testing.T) {
 	called := false
-	failing := func(target) (bool, error) { called = true; return false, errors.New("thread 42 still has CapEff 1fffeffffff") }
+	failing := func(target) (bool, error) {
+		called = true
+		return false, errors.New("thread 42 still has CapEff 1fffeffffff")
+	}
 	d := dropper{log: zap.NewNop(), vips: &fakeVIPs{}, drop: failing}
 	err := d.run()
 	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "thread 42 still has CapEff") ||
