@@ -23,6 +23,7 @@ func exampleConfig() *Config {
 			Interface: "eth1", AllQueues: true, CPUs: []int{2, 3},
 			XDPMode: XDPAuto, ZeroCopy: ZeroCopyAuto,
 			FrameSize: 4096, RingSize: 2048, ConntrackCapacity: 4194304, StateDir: "/run/xlb", ConntrackSYNTimeoutSec: 5,
+			User: "xlb",
 		},
 		Admin: Admin{Listen: "127.0.0.1:9110", Socket: "/run/xlb/admin.sock"},
 		HealthChecks: []HealthCheck{{
