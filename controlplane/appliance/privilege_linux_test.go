@@ -188,8 +188,8 @@ func cmp(a, b error) error {
 	return b
 }
 
-// buildXLB builds cmd/xlb without cgo, as `make build` does: only such a
-// binary can change the capabilities of all its threads.
+// buildXLB builds cmd/xlb without cgo, as `make build` does (a cgo build
+// drops its capabilities as well: TestRun_DropsPrivilegesEveryBuild).
 func buildXLB(t *testing.T, dir string) string {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
