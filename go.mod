@@ -17,6 +17,7 @@ require (
 	go.uber.org/zap v1.28.0
 	golang.org/x/sys v0.50.0
 	google.golang.org/protobuf v1.36.12
+	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78
 )
 
 require (
@@ -49,5 +50,4 @@ require (
 	google.golang.org/grpc v1.56.3 // indirect
 	gopkg.in/ini.v1 v1.67.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78 // indirect
 )
