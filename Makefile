@@ -12,6 +12,7 @@ PREFIX     ?= /usr/local
 BINDIR     ?= $(PREFIX)/bin
 SYSCONFDIR ?= /etc
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 DESTDIR    ?=
 
 # `xlb version` reads the commit from what the toolchain stamps
@@ -21,15 +22,18 @@ GIT_COMMIT   := $(shell git rev-parse HEAD 2>/dev/null)
 GIT_MODIFIED := $(shell test -n "$$(git status --porcelain 2>/dev/null)" && echo true)
 XLB_LDFLAGS  := -X main.buildCommit=$(GIT_COMMIT) -X main.buildModified=$(GIT_MODIFIED)
 
-# Without cgo: only then can xlb drop its capabilities on every thread.
+# Without cgo: a static binary, the same on every distribution. Any build
+# drops its capabilities on every thread once started (psx); the cgo ones
+# (a plain `go build` where gcc is, `-race`) as well.
 build:
 	CGO_ENABLED=0 $(GO) build -buildvcs=auto -ldflags '$(XLB_LDFLAGS)' -o bin/xlb ./cmd/xlb
 	$(GO) build -o bin/lbbench ./cmd/lbbench
 
-# The binary, an example configuration (never over an existing one) and
-# the systemd unit with this PREFIX's and SYSCONFDIR's paths.
+# The binary, an example configuration (never over an existing one), the
+# systemd unit with this PREFIX's and SYSCONFDIR's paths and the user it
+# runs as (sysusers.d).
 install: build
-	install -d '$(DESTDIR)$(BINDIR)' '$(DESTDIR)$(SYSCONFDIR)/xlb' '$(DESTDIR)$(UNITDIR)'
+	install -d '$(DESTDIR)$(BINDIR)' '$(DESTDIR)$(SYSCONFDIR)/xlb' '$(DESTDIR)$(UNITDIR)' '$(DESTDIR)$(SYSUSERSDIR)'
 	install -m 0755 bin/xlb '$(DESTDIR)$(BINDIR)/xlb'
 	@if [ -e '$(DESTDIR)$(SYSCONFDIR)/xlb/xlb.toml' ]; then \
 		install -m 0644 testdata/config/example.toml '$(DESTDIR)$(SYSCONFDIR)/xlb/xlb.toml.example'; \
@@ -40,7 +44,8 @@ install: build
 	fi
 	sed -e 's|/usr/local/bin/|$(BINDIR)/|g' -e 's|/etc/xlb/|$(SYSCONFDIR)/xlb/|g' packaging/xlb.service > '$(DESTDIR)$(UNITDIR)/xlb.service'
 	chmod 0644 '$(DESTDIR)$(UNITDIR)/xlb.service'
-	@echo "then: systemctl daemon-reload && systemctl enable --now xlb"
+	install -m 0644 packaging/xlb.sysusers '$(DESTDIR)$(SYSUSERSDIR)/xlb.conf'
+	@echo "then: systemd-sysusers && systemctl daemon-reload && systemctl enable --now xlb"
 
 # make install into a temporary DESTDIR, and what it installed checked.
 install-check:

@@ -105,6 +105,11 @@ func (c *converter) dataplane(r *rawDataplane) Dataplane {
 		ConntrackNewEntryRate:  int(c.integer(p+".conntrack_new_entry_rate", r.ConntrackNewEntryRate, 0, 0, maxNewEntryRate)),
 		StateDir:               c.str(p+".state_dir", r.StateDir, ""),
 	}
+	if user, ok := c.text(p+".user", r.User); ok && !validUserName(user) {
+		c.add(p+".user", "%q is neither a user name nor a uid", user)
+	} else {
+		d.User = user
+	}
 	if d.StateDir != "" && !strings.HasPrefix(d.StateDir, "/") {
 		c.add(p+".state_dir", "%q is not an absolute path", d.StateDir)
 	}
@@ -171,6 +176,24 @@ func validInterfaceName(s string) bool {
 		return false
 	}
 	return printable(s) && !strings.ContainsAny(s, "/:")
+}
+
+// validUserName accepts what useradd does (letters, digits, '_', '-',
+// '.', not first a '-', at most 32 bytes) and decimal uids below 2^32-1
+// (that one is the "no uid" of the kernel's setresuid).
+func validUserName(s string) bool {
+	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
+		return n < 1<<32-1
+	}
+	if s == "" || len(s) > 32 || s[0] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *converter) admin(r *rawAdmin) Admin {

@@ -23,6 +23,7 @@ func exampleConfig() *Config {
 			Interface: "eth1", AllQueues: true, CPUs: []int{2, 3},
 			XDPMode: XDPAuto, ZeroCopy: ZeroCopyAuto,
 			FrameSize: 4096, RingSize: 2048, ConntrackCapacity: 4194304, StateDir: "/run/xlb", ConntrackSYNTimeoutSec: 5,
+			User: "xlb",
 		},
 		Admin: Admin{Listen: "127.0.0.1:9110", Socket: "/run/xlb/admin.sock"},
 		HealthChecks: []HealthCheck{{
@@ -157,10 +158,10 @@ func TestF1_FailoverPolicy(t *testing.T) {
 func TestDataplaneSettings(t *testing.T) {
 	cfg := mustParse(t, file("[dataplane]", `interface = "ens5f0"`, "queues = [0, 3]", "cpus = [4, 5]",
 		`xdp_mode = "generic"`, `zero_copy = "off"`, "frame_size = 2048", "ring_size = 64", "conntrack_capacity = 1024", "conntrack_syn_timeout_sec = 3", "conntrack_new_entry_rate = 50000",
-		`state_dir = "/run/xlb"`,
+		`state_dir = "/run/xlb"`, `user = "xlb"`,
 		"[admin]", `listen = "[::1]:9000"`)+valid)
 	want := Dataplane{Interface: "ens5f0", Queues: []int{0, 3}, CPUs: []int{4, 5}, XDPMode: XDPGeneric,
-		ZeroCopy: ZeroCopyOff, FrameSize: 2048, RingSize: 64, ConntrackCapacity: 1024, ConntrackSYNTimeoutSec: 3, ConntrackNewEntryRate: 50000, StateDir: "/run/xlb"}
+		ZeroCopy: ZeroCopyOff, FrameSize: 2048, RingSize: 64, ConntrackCapacity: 1024, ConntrackSYNTimeoutSec: 3, ConntrackNewEntryRate: 50000, StateDir: "/run/xlb", User: "xlb"}
 	if !reflect.DeepEqual(cfg.Dataplane, want) {
 		t.Errorf("got %+v, want %+v", cfg.Dataplane, want)
 	}

@@ -38,6 +38,7 @@ type rawDataplane struct {
 	ConntrackSYNTimeout   val `toml:"conntrack_syn_timeout_sec"`
 	ConntrackNewEntryRate val `toml:"conntrack_new_entry_rate"`
 	StateDir              val `toml:"state_dir"`
+	User                  val `toml:"user"`
 }
 
 type rawAdmin struct {

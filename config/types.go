@@ -43,6 +43,10 @@ type Dataplane struct {
 	// StateDir keeps the conntrack table and the control plane's state
 	// across `xlb run` processes ("": not kept).
 	StateDir string
+	// User is who `xlb run` runs as once started: a user name or a
+	// decimal uid, its primary group from the user database ("": the user
+	// that started it).
+	User string
 }
 
 // Admin is the [admin] section.

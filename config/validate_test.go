@@ -49,6 +49,11 @@ func TestDataplaneValidation(t *testing.T) {
 		{"ConntrackBig", dp(`conntrack_capacity = 268435457 # <-`), "dataplane.conntrack_capacity", "268435457 is outside", false},
 		{"SYNTimeoutZero", dp(`conntrack_syn_timeout_sec = 0 # <-`), "dataplane.conntrack_syn_timeout_sec", "0 is outside [1, 3600]", false},
 		{"NewEntryRateNegative", dp(`conntrack_new_entry_rate = -1 # <-`), "dataplane.conntrack_new_entry_rate", "-1 is outside [0, 100000000]", false},
+		{"UserSpace", dp(`user = "x lb" # <-`), "dataplane.user", `"x lb" is neither a user name nor a uid`, false},
+		{"UserEmpty", dp(`user = "" # <-`), "dataplane.user", `"" is neither a user name nor a uid`, false},
+		{"UserDash", dp(`user = "-xlb" # <-`), "dataplane.user", `"-xlb" is neither`, false},
+		{"UserNoUID", dp(`user = "4294967295" # <-`), "dataplane.user", `"4294967295" is neither`, false},
+		{"UserNumber", dp(`user = 999 # <-`), "dataplane.user", "expected a string, got integer 999", false},
 		{"Interface", dp(`interface = "eth/1" # <-`), "dataplane.interface", `"eth/1" is not a valid interface name`, false},
 		{"InterfaceEmpty", dp(`interface = "" # <-`), "dataplane.interface", `"" is not a valid interface name`, false},
 	})

@@ -26,13 +26,15 @@ and tracking keys, step 1 (CT1-CT4), the eligible set and why (E1-E4), the
 Maglev slot and the backend. TCP and UDP need --sport and --dport.
 --previous OLD explains as just after a reload from OLD to FILE: a rule
 the reload removed drains (M5), and the report says so.`,
-	"run": `xlb run -c FILE [--log-level L] [--log-format F] [--pidfile F]
+	"run": `xlb run -c FILE [--log-level L] [--log-format F] [--pidfile F] [--keep-privileges]
 
 The appliance: XDP and AF_XDP on dataplane.interface (root). SIGTERM or
 SIGINT stop it, SIGHUP reloads FILE. Under systemd (Type=notify) it says
 READY=1 once attached with every worker running and the first health
 round done, keeps STATUS= current, and pings the watchdog (WatchdogSec=)
-while every worker goes round.`,
+while every worker goes round. Once started it keeps CAP_NET_ADMIN alone,
+on every thread, and becomes dataplane.user when set; where it cannot,
+it stops, unless --keep-privileges.`,
 	"reload": `xlb reload -c FILE [--socket PATH] [--allow-empty]
        xlb reload -c FILE (--pid PID | --pidfile F)
 

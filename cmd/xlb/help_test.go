@@ -16,7 +16,7 @@ func TestHelp_PerCommand(t *testing.T) {
 		want []string
 	}{
 		{"check", []string{"usage: xlb check -c FILE", "  -c string"}},
-		{"run", []string{"usage: xlb run -c FILE", "-log-format string", `(default "json")`, "-log-level string", `(default "info")`, "-pidfile"}},
+		{"run", []string{"usage: xlb run -c FILE", "-log-format string", `(default "json")`, "-log-level string", `(default "info")`, "-pidfile", "-keep-privileges"}},
 		{"explain", []string{"usage: xlb explain", "-dport uint", "-proto string", `(default "tcp")`, "-frag string", `(default "none")`}},
 		{"sim", []string{"usage: xlb sim", "-summary"}},
 		{"reload", []string{"usage: xlb reload", "-pidfile string", "-pid int"}},

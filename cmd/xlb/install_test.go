@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"xlb/config"
 )
 
 // TestInstall runs `make install-check`: make install into a temporary
@@ -32,7 +34,9 @@ func TestInstall(t *testing.T) {
 }
 
 // TestUnitFile: the systemd unit is Type=notify with a watchdog, reloads
-// with `xlb reload --pid $MAINPID`, and every Exec line names a real xlb
+// with `xlb reload --pid $MAINPID`, runs as the user xlb with the
+// capabilities it is bounded to (TestRun_DropsPrivilegesEveryBuild starts
+// xlb with them), /run/xlb its own, and every Exec line names a real xlb
 // command with flags that command has.
 func TestUnitFile(t *testing.T) {
 	f, err := os.Open(filepath.Join(moduleRoot(t), "packaging", "xlb.service"))
@@ -53,6 +57,27 @@ func TestUnitFile(t *testing.T) {
 		if keys[k] != want {
 			t.Errorf("%s=%q, want %q", k, keys[k], want)
 		}
+	}
+	// Least privilege: never root; started with the capabilities it
+	// bounds itself to; /run/xlb the user's and kept across restarts; the
+	// example configuration names the same user (dataplane.user).
+	if keys["User"] != "xlb" || keys["Group"] != "xlb" {
+		t.Errorf("User=%q Group=%q, want xlb", keys["User"], keys["Group"])
+	}
+	if amb := keys["AmbientCapabilities"]; amb == "" || amb != keys["CapabilityBoundingSet"] || strings.Contains(amb, "CAP_SYS_ADMIN") {
+		t.Errorf("AmbientCapabilities=%q CapabilityBoundingSet=%q: want the same list, without CAP_SYS_ADMIN", amb, keys["CapabilityBoundingSet"])
+	}
+	if keys["RuntimeDirectory"] != "xlb" || keys["RuntimeDirectoryMode"] != "0700" || keys["RuntimeDirectoryPreserve"] != "yes" {
+		t.Errorf("RuntimeDirectory=%q RuntimeDirectoryMode=%q RuntimeDirectoryPreserve=%q, want xlb, 0700, yes",
+			keys["RuntimeDirectory"], keys["RuntimeDirectoryMode"], keys["RuntimeDirectoryPreserve"])
+	}
+	example, err := config.Load(filepath.Join(moduleRoot(t), "testdata", "config", "example.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if example.Dataplane.User != keys["User"] || example.Dataplane.StateDir != "/run/"+keys["RuntimeDirectory"] {
+		t.Errorf("the example's dataplane.user %q, state_dir %q; want the unit's user %q and /run/%s",
+			example.Dataplane.User, example.Dataplane.StateDir, keys["User"], keys["RuntimeDirectory"])
 	}
 	for _, k := range []string{"ExecStartPre", "ExecStart", "ExecReload"} {
 		args := strings.Fields(keys[k])

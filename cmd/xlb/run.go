@@ -15,19 +15,22 @@ import (
 	"xlb/controlplane/appliance"
 )
 
-// cmdRun is `xlb run -c FILE [--log-level LEVEL] [--log-format F] [--pidfile FILE]`:
+// cmdRun is `xlb run -c FILE [--log-level LEVEL] [--log-format F] [--pidfile FILE] [--keep-privileges]`:
 // validate, then hand over to the appliance until SIGTERM or SIGINT; SIGHUP
 // reloads the file (X2) once the appliance is up (one that comes earlier
 // waits). The pid file, when asked for, is what `xlb reload --pidfile`
 // reads; it is removed on a clean exit. Errors before the appliance starts
 // logging (bad file, no privileges, no interface) come back as one line for
-// main to print; once running, everything goes through the logger.
+// main to print; once running, everything goes through the logger. Once
+// started it drops every capability but those it needs (and becomes
+// dataplane.user); where that fails it stops, unless --keep-privileges.
 func cmdRun(args []string, stderr io.Writer) error {
 	fs := newFlags("run")
 	path := fs.String("c", "", "configuration file")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	format := fs.String("log-format", "json", "json (one object per line) or console (tab-separated, for a person or journald)")
 	pidfile := fs.String("pidfile", "", "write the process id to FILE")
+	keepPrivs := fs.Bool("keep-privileges", false, "keep every capability xlb was started with (it drops all but CAP_NET_ADMIN once started, and stops where it cannot)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -53,6 +56,9 @@ func cmdRun(args []string, stderr io.Writer) error {
 	app, err := appliance.New(cfg, log)
 	if err != nil {
 		return err
+	}
+	if *keepPrivs {
+		app.KeepPrivileges()
 	}
 	// From here on a SIGHUP reloads instead of ending the process.
 	hup := make(chan os.Signal, 1)

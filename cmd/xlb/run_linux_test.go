@@ -78,6 +78,28 @@ func TestRun_MissingInterface(t *testing.T) {
 	}
 }
 
+// TestRun_UserRefused: a dataplane.user the user database lacks, or one
+// with --keep-privileges (which keeps what the switch gives up), is one
+// line at start, exit 1, before anything is attached (the interface does
+// not exist either: the user is checked first, after privileges).
+func TestRun_UserRefused(t *testing.T) {
+	nettest.RequireRoot(t)
+	withUser := func(user string) string {
+		path := runConfig(t, t.TempDir(), "xrt-missing1")
+		text := strings.Replace(readFile(t, path), "[dataplane]\n", "[dataplane]\nuser = \""+user+"\"\n", 1)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	o := xlbExec(t, "run", "-c", withUser("no-such-xlb-user"))
+	o.wantCode(t, 1)
+	wantOneLine(t, o.stderr, `xlb run: dataplane.user "no-such-xlb-user"`)
+	o = xlbExec(t, "run", "--keep-privileges", "-c", withUser("nobody"))
+	o.wantCode(t, 1)
+	wantOneLine(t, o.stderr, `xlb run: dataplane.user "nobody" gives up what --keep-privileges keeps: use one or the other`)
+}
+
 func wantOneLine(t *testing.T, stderr, want string) {
 	t.Helper()
 	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")

@@ -33,6 +33,8 @@ type Appliance struct {
 	// checked is the first health round (nil until Run makes it).
 	checked atomic.Pointer[firstRound]
 	cur     atomic.Pointer[running]
+	// keepPrivileges: Run keeps every capability it was started with.
+	keepPrivileges bool
 }
 
 var _ admin.Source = (*Appliance)(nil)
@@ -66,6 +68,12 @@ func New(cfg *config.Config, log *zap.Logger) (*Appliance, error) {
 	}
 	return &Appliance{cfg: cfg, log: log, health: admin.NewHealthMetrics(), ready: make(chan struct{})}, nil
 }
+
+// KeepPrivileges makes Run keep every capability it was started with
+// instead of dropping all but those it needs once started (`xlb run
+// --keep-privileges`): for a host where they cannot be dropped. Call it
+// before Run.
+func (a *Appliance) KeepPrivileges() { a.keepPrivileges = true }
 
 // Ready is closed once the XDP program is attached, every queue's worker
 // runs and the admin listener serves: from then on the appliance forwards

@@ -26,6 +26,7 @@ import (
 
 	"xlb/dataplane/craft"
 	"xlb/dataplane/packet"
+	"xlb/internal/nettest"
 	"xlb/internal/syncbuf"
 )
 
@@ -187,8 +188,8 @@ func cmp(a, b error) error {
 	return b
 }
 
-// buildXLB builds cmd/xlb without cgo, as `make build` does: only such a
-// binary can change the capabilities of all its threads.
+// buildXLB builds cmd/xlb without cgo, as `make build` does (a cgo build
+// drops its capabilities as well: TestRun_DropsPrivilegesEveryBuild).
 func buildXLB(t *testing.T, dir string) string {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
@@ -607,6 +608,287 @@ func TestRun_LeastPrivilege(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	select {
+	case <-exited:
+	case <-time.After(time.Minute):
+		t.Fatal("xlb still runs a minute after SIGTERM")
+	}
+	if waitErr != nil {
+		t.Errorf("xlb after SIGTERM: %v", waitErr)
+	}
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Errorf("the socket after exit: %v, want removed", err)
+	}
+}
+
+// buildProbe builds cmd/xlb with the privilege probe (tag xlb_privprobe),
+// cgo on or off.
+func buildProbe(t *testing.T, dir string, cgo bool) string {
+	t.Helper()
+	bin := filepath.Join(dir, "xlb-probe")
+	cmd := exec.Command("go", "build", "-tags", "xlb_privprobe", "-o", bin, "xlb/cmd/xlb")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if cgo {
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build (cgo %v): %v\n%s", cgo, err, out)
+	}
+	return bin
+}
+
+// threadCreds is what /proc/PID/task/TID/status says one thread may.
+type threadCreds struct {
+	caps       map[string]uint64
+	uid, gid   string // the four ids, as the file has them
+	groups     string
+	noNewPrivs string
+}
+
+func readThreadCreds(t *testing.T, path string) threadCreds {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := threadCreds{caps: procCaps(t, path)}
+	for l := range strings.Lines(string(b)) {
+		k, v, _ := strings.Cut(strings.TrimSpace(l), ":")
+		v = strings.Join(strings.Fields(v), " ")
+		switch k {
+		case "Uid":
+			c.uid = v
+		case "Gid":
+			c.gid = v
+		case "Groups":
+			c.groups = v
+		case "NoNewPrivs":
+			c.noNewPrivs = v
+		}
+	}
+	return c
+}
+
+// TestRun_DropsPrivilegesEveryBuild runs the real binary, built without
+// cgo and with it (as a plain `go build` with gcc builds it), once as root
+// once with dataplane.user = "nobody", and once started as nobody with
+// the ambient capabilities of packaging/xlb.service (as systemd starts
+// it), each in a namespace of its own, and checks, once it runs:
+//   - every thread (/proc/PID/task/*/status) holds CAP_NET_ADMIN alone in
+//     its effective, permitted and bounding sets, nothing inheritable or
+//     ambient, no_new_privs set (started as nobody, without CAP_SETPCAP,
+//     the bounding set is the starter's: the unit's); as nobody, uid and
+//     gid 65534 in all four places and no supplementary group;
+//   - the process itself (the probe of a build with tag xlb_privprobe)
+//     cannot read a file of mode 0600 nor create a file in a directory of
+//     mode 0755, both owned by another user: as root, uid 1234's (root
+//     without CAP_DAC_OVERRIDE); as nobody, root's;
+//   - what it still does works: a VIP added by SIGHUP is forwarded (the
+//     VIP map written through its descriptor), /metrics counts its open
+//     descriptors (its own /proc files, root's once it is undumpable);
+//   - SIGTERM ends it with exit 0 and the socket removed.
+func TestRun_DropsPrivilegesEveryBuild(t *testing.T) {
+	nettest.RequireRoot(t)
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command to build xlb with")
+	}
+	for _, build := range []struct {
+		name string
+		cgo  bool
+	}{{"NoCgo", false}, {"Cgo", true}} {
+		t.Run(build.name, func(t *testing.T) {
+			if build.cgo {
+				if _, err := exec.LookPath("gcc"); err != nil {
+					t.Skip("no gcc: a cgo build is not possible on this machine")
+				}
+			}
+			dir, err := os.MkdirTemp("", "xrt-drop-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			if err := os.Chmod(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			bin := buildProbe(t, dir, build.cgo)
+			for _, as := range []dropCase{
+				{name: "Root", uid: 0, owner: 1234},
+				{name: "Nobody", user: "nobody", uid: nobody, owner: 0},
+				// As packaging/xlb.service starts it: the user already,
+				// with the unit's AmbientCapabilities.
+				{name: "AmbientNobody", user: "nobody", uid: nobody, owner: 0, ambient: unitCaps(t)},
+			} {
+				t.Run(as.name, func(t *testing.T) { dropRun(t, dir, bin, as) })
+			}
+		})
+	}
+}
+
+// unitCaps are packaging/xlb.service's AmbientCapabilities, read from
+// the unit: what the test proves enough is what the unit gives.
+func unitCaps(t *testing.T) []uintptr {
+	t.Helper()
+	b, err := os.ReadFile("../../packaging/xlb.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]uintptr{"CAP_NET_ADMIN": capNetAdmin, "CAP_NET_RAW": capNetRaw, "CAP_BPF": capBPF,
+		"CAP_PERFMON": capPerfmon, "CAP_SYS_ADMIN": capSysAdmin, "CAP_IPC_LOCK": unix.CAP_IPC_LOCK,
+		"CAP_NET_BIND_SERVICE": unix.CAP_NET_BIND_SERVICE}
+	var caps []uintptr
+	for l := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "AmbientCapabilities="); ok {
+			for _, name := range strings.Fields(v) {
+				c, ok := byName[name]
+				if !ok {
+					t.Fatalf("packaging/xlb.service: AmbientCapabilities names %s, which this test does not know", name)
+				}
+				caps = append(caps, c)
+			}
+		}
+	}
+	if len(caps) == 0 {
+		t.Fatal("packaging/xlb.service has no AmbientCapabilities=")
+	}
+	return caps
+}
+
+// dropCase is who TestRun_DropsPrivilegesEveryBuild starts xlb as.
+type dropCase struct {
+	name  string
+	user  string // dataplane.user
+	uid   int    // who it runs as
+	owner int    // of the files the probe must not reach
+	// ambient: started as uid already, with these capabilities (ambient),
+	// instead of as root.
+	ambient []uintptr
+}
+
+// dropRun is one run of TestRun_DropsPrivilegesEveryBuild.
+func dropRun(t *testing.T, top, bin string, as dropCase) {
+	user, uid, owner := as.user, as.uid, as.owner
+	dir, err := os.MkdirTemp(top, "run-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Chmod(dir, 0o755))
+	// The socket's directory is the user's: it removes the socket at
+	// exit.
+	sockDir := filepath.Join(dir, "run")
+	must(os.Mkdir(sockDir, 0o700))
+	must(os.Chown(sockDir, uid, uid))
+	sock := filepath.Join(sockDir, "admin.sock")
+	secret := filepath.Join(dir, "secret")
+	must(os.WriteFile(secret, []byte("not for xlb\n"), 0o600))
+	must(os.Chown(secret, owner, owner))
+	closed := filepath.Join(dir, "closed")
+	must(os.Mkdir(closed, 0o755))
+	must(os.Chown(closed, owner, owner))
+
+	n := newRunNS(t)
+	text := privConfig(n.bName, sock, runVIP.String())
+	if user != "" {
+		text = strings.Replace(text, "[dataplane]\n", "[dataplane]\nuser = \""+user+"\"\n", 1)
+	}
+	cfg := filepath.Join(dir, "xlb.toml")
+	must(os.WriteFile(cfg, []byte(text), 0o644))
+
+	ps := n.packetSocket(t)
+	log := &syncbuf.Buffer{}
+	cmd := exec.Command(bin, "run", "-c", cfg)
+	cmd.Env = append(os.Environ(), "XLB_PRIVPROBE_READ="+secret, "XLB_PRIVPROBE_DIR="+closed)
+	cmd.Stdout, cmd.Stderr = log, log
+	if as.ambient != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Credential:  &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}},
+			AmbientCaps: as.ambient,
+		}
+	}
+	must(n.start(cmd))
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("xlb log:\n%s", log.String())
+		}
+	})
+	pid := cmd.Process.Pid
+	waitFor(t, `"privilege probe" in the log`, func() bool {
+		select {
+		case <-exited:
+			t.Fatalf("xlb exited: %v", waitErr)
+		default:
+		}
+		return strings.Contains(log.String(), `"privilege probe"`)
+	})
+
+	const want = uint64(1) << capNetAdmin
+	ids := fmt.Sprintf("%d %d %d %d", uid, uid, uid, uid)
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	must(err)
+	for _, task := range tasks {
+		p := fmt.Sprintf("/proc/%d/task/%s/status", pid, task.Name())
+		c := readThreadCreds(t, p)
+		// Without CAP_SETPCAP (started with the unit's capabilities) the
+		// bounding set stays the one it was started with: systemd's
+		// CapabilityBoundingSet= in the unit.
+		bnd := c.caps["CapBnd"] == want || as.ambient != nil
+		if c.caps["CapEff"] != want || c.caps["CapPrm"] != want || !bnd || c.caps["CapInh"] != 0 || c.caps["CapAmb"] != 0 {
+			t.Errorf("%s: CapEff %x CapPrm %x CapBnd %x CapInh %x CapAmb %x; want CAP_NET_ADMIN (%x) alone in the first three, nothing in the others",
+				p, c.caps["CapEff"], c.caps["CapPrm"], c.caps["CapBnd"], c.caps["CapInh"], c.caps["CapAmb"], want)
+		}
+		if c.uid != ids || c.gid != ids || c.noNewPrivs != "1" || (user != "" && c.groups != "") {
+			t.Errorf("%s: Uid %q Gid %q Groups %q NoNewPrivs %q; want %q, %q, none (as a user), 1", p, c.uid, c.gid, c.groups, c.noNewPrivs, ids, ids)
+		}
+	}
+	t.Logf("%d threads, each with CapEff=CapPrm=CapBnd=%016x, uids and gids %s", len(tasks), want, ids)
+
+	var probe struct{ Read, Create string }
+	for l := range strings.Lines(log.String()) {
+		if strings.Contains(l, `"privilege probe"`) {
+			must(json.Unmarshal([]byte(l), &probe))
+		}
+	}
+	if probe.Read != "EACCES" || probe.Create != "EACCES" {
+		t.Errorf("from inside xlb: reading %s (0600, uid %d) %s, creating in %s (0755, uid %d) %s; want EACCES for both",
+			secret, owner, probe.Read, closed, owner, probe.Create)
+	}
+
+	// What it still needs: the VIP map written on a reload, its own
+	// /proc files read for /metrics.
+	const vip2 = "10.201.1.2"
+	must(os.WriteFile(cfg, []byte(strings.Replace(text, "\n[[forwarding_rule]]", fmt.Sprintf("\n[[forwarding_rule]]\nname = \"added\"\nip_address = %q\nip_protocol = \"UDP\"\nports = [\"53\"]\nbackend_service = \"dns\"\n\n[[forwarding_rule]]", vip2), 1)), 0o644))
+	must(cmd.Process.Signal(syscall.SIGHUP))
+	waitFor(t, "successful reload", func() bool {
+		st := socketStatus(t, sock)
+		return st.LastReload != nil && st.LastReload.OK
+	})
+	if !forwards(t, n, ps, vip2, 40003) {
+		t.Error("a frame to the VIP the reload added was not forwarded")
+	}
+	resp, err := n.httpClient().Get("http://127.0.0.1:9110/metrics")
+	must(err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	must(err)
+	if !strings.Contains(string(body), "\nprocess_open_fds ") {
+		t.Error("/metrics has no process_open_fds: xlb cannot read its own /proc/self/fd")
+	}
+
+	must(cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case <-exited:
 	case <-time.After(time.Minute):

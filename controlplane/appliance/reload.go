@@ -375,6 +375,7 @@ func restartNeeded(old, cfg *config.Config) error {
 	diff("dataplane.state_dir", a.StateDir == b.StateDir)
 	diff("dataplane.conntrack_syn_timeout_sec", a.ConntrackSYNTimeoutSec == b.ConntrackSYNTimeoutSec)
 	diff("dataplane.conntrack_new_entry_rate", a.ConntrackNewEntryRate == b.ConntrackNewEntryRate)
+	diff("dataplane.user", a.User == b.User)
 	diff("admin.listen", old.Admin.Listen == cfg.Admin.Listen)
 	diff("admin.socket", old.Admin.Socket == cfg.Admin.Socket)
 	diff("admin.pprof", old.Admin.Pprof == cfg.Admin.Pprof)

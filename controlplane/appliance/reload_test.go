@@ -183,6 +183,7 @@ func TestX2_ReloadRejected(t *testing.T) {
 		{"ring size", ctlConfig + reloadDataplane + "ring_size = 4096\n", "dataplane.ring_size changed: restart required"},
 		{"interface", ctlConfig + "[dataplane]\ninterface = \"eth1\"\n", "dataplane.interface changed: restart required"},
 		{"state dir", ctlConfig + reloadDataplane + "state_dir = \"/run/xlb\"\n", "dataplane.state_dir changed: restart required"},
+		{"user", ctlConfig + reloadDataplane + "user = \"nobody\"\n", "dataplane.user changed: restart required"},
 		{"admin", ctlConfig + reloadDataplane + "[admin]\nlisten = \"127.0.0.1:9999\"\n", "admin.listen changed: restart required"},
 	} {
 		f.write(t, tc.text)
@@ -198,7 +199,7 @@ func TestX2_ReloadRejected(t *testing.T) {
 		t.Errorf("a rejected reload changed something: calls %v, generation %d -> %d", f.calls, gen, f.rig.CP.Snapshot().Gen)
 	}
 	rep := f.rl.report()
-	if rep.Success != 0 || rep.Failure != 6 || rep.Last == nil || rep.Last.OK || len(rep.Last.Errors) == 0 {
+	if rep.Success != 0 || rep.Failure != 7 || rep.Last == nil || rep.Last.OK || len(rep.Last.Errors) == 0 {
 		t.Errorf("report %+v last %+v", rep, rep.Last)
 	}
 	f.write(t, ctlConfig+reloadDataplane)

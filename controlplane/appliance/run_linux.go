@@ -45,6 +45,7 @@ type stack struct {
 	cfg  *config.Config
 	base *zap.Logger // the appliance's logger
 	log  *zap.Logger // base with the interface
+	id   Identity    // who the process runs as once started
 
 	link   netlink.Link
 	queues []*queue
@@ -164,6 +165,14 @@ func (s *stack) host() error {
 	if err := checkPrivileges(); err != nil {
 		return err
 	}
+	id, err := RunAs(s.cfg)
+	if err != nil {
+		return err
+	}
+	if err := checkSwitch(id, s.a.keepPrivileges); err != nil {
+		return err
+	}
+	s.id = id
 	link, err := netlink.LinkByName(ifname)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
