@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -34,6 +36,7 @@ const (
 type keeper struct {
 	dir     string
 	tableID uint64
+	owner   int // the uid its files may belong to besides root
 	log     *zap.Logger
 
 	mu      sync.Mutex // one write at a time
@@ -42,8 +45,35 @@ type keeper struct {
 }
 
 // stateOwner is the uid state_dir and its files must belong to (or
-// root): the user xlb runs as.
-func stateOwner() int { return os.Geteuid() }
+// root): the user xlb runs as (dataplane.user, else whoever started it).
+func (s *stack) stateOwner() int {
+	if id, err := RunAs(s.cfg); err == nil {
+		return id.UID
+	}
+	return os.Geteuid() // an unknown user stops the start elsewhere
+}
+
+// ownStateDir makes a state_dir xlb just created the run-as user's, so
+// that it can save there once it has switched to that user; one that was
+// there already must be that user's (a switch would leave its saves
+// refused). Nothing to do without a switch.
+func (s *stack) ownStateDir(dir string, created bool) error {
+	id, err := RunAs(s.cfg)
+	if err != nil || !id.Configured || id.UID == os.Geteuid() {
+		return nil
+	}
+	if created {
+		return os.Lchown(dir, id.UID, id.GID)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != id.UID {
+		return errStateDir{fmt.Errorf("%s belongs to uid %d but xlb runs as %s (uid %d, dataplane.user) once started, and could not save there: chown it to that user", dir, st.Uid, id.Cfg, id.UID)}
+	}
+	return nil
+}
 
 // errStateDir is a state_dir refused as unsafe: xlb does not start.
 type errStateDir struct{ err error }
@@ -73,9 +103,17 @@ func (s *stack) openTable() (*conntrack.Table, *controlplane.State, *keeper, err
 		return ct, nil, nil, err
 	}
 	// Made (0700) only under directories no one else could move.
-	if err := safedir.MkdirAll(d.StateDir, stateOwner()); err != nil {
+	_, statErr := os.Lstat(d.StateDir)
+	if err := safedir.MkdirAll(d.StateDir, s.stateOwner()); err != nil {
 		if errors.Is(err, safedir.ErrUnsafe) {
 			return nil, nil, nil, errStateDir{err}
+		}
+		return fallback(err)
+	}
+	if err := s.ownStateDir(d.StateDir, errors.Is(statErr, fs.ErrNotExist)); err != nil {
+		var refused errStateDir
+		if errors.As(err, &refused) {
+			return nil, nil, nil, err
 		}
 		return fallback(err)
 	}
@@ -91,7 +129,7 @@ func (s *stack) openTable() (*conntrack.Table, *controlplane.State, *keeper, err
 		}
 		return fallback(err)
 	}
-	k := &keeper{dir: d.StateDir, tableID: ct.FileID(), log: s.log}
+	k := &keeper{dir: d.StateDir, tableID: ct.FileID(), owner: s.stateOwner(), log: s.log}
 	if info.Refused != nil {
 		s.log.Warn("conntrack state file refused, moved aside: starting with an empty table",
 			zap.String("path", path), zap.String("moved_to", info.RefusedAs), zap.Error(info.Refused))
@@ -156,7 +194,7 @@ func dropUnknown(ct *conntrack.Table, st *controlplane.State, now int64) int {
 // file that is a link, not root's or the owner's, or others may write is
 // refused (safedir.Open), as is one whose checksum does not match.
 func (k *keeper) load() (*controlplane.State, error) {
-	f, err := safedir.Open(filepath.Join(k.dir, stateFile), os.O_RDONLY, stateOwner())
+	f, err := safedir.Open(filepath.Join(k.dir, stateFile), os.O_RDONLY, k.owner)
 	if err != nil {
 		return nil, err
 	}

@@ -386,3 +386,41 @@ func TestOpenTable_WarnsOffMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestOpenTable_StateDirOfTheRunAsUser: started as root with
+// dataplane.user, a state_dir xlb makes is that user's (it saves there
+// once switched); one root already has is refused with a line saying
+// whose it must be, and a state_dir of that user is used, its state file
+// of that user loaded.
+func TestOpenTable_StateDirOfTheRunAsUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a directory of another user is made by chown")
+	}
+	base := t.TempDir()
+	made := filepath.Join(base, "made")
+	s, _ := stateStack(made)
+	s.cfg.Dataplane.User = "65534"
+	ct, _, k, err := s.openTable()
+	if err != nil || ct == nil || k == nil {
+		t.Fatalf("openTable of a new state_dir as uid 65534: table %v keeper %v, %v", ct != nil, k != nil, err)
+	}
+	if fi, err := os.Lstat(made); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 65534 {
+		t.Fatalf("state_dir made for uid 65534: %v, %v", fi, err)
+	}
+
+	roots := stateMkdir(t, filepath.Join(base, "roots"), 0o700)
+	s, _ = stateStack(roots)
+	s.cfg.Dataplane.User = "65534"
+	ct, _, _, err = s.openTable()
+	if _, ok := errors.AsType[errStateDir](err); !ok || ct != nil {
+		t.Fatalf("openTable of root's state_dir for uid 65534: table %v, %v; want errStateDir", ct != nil, err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "belongs to uid 0 but xlb runs as 65534") || !strings.Contains(msg, "chown it") {
+		t.Errorf("error %q does not say whose it must be", msg)
+	}
+	// Without the switch, root's directory is root's to use.
+	s.cfg.Dataplane.User = ""
+	if ct, _, _, err := s.openTable(); err != nil || ct == nil {
+		t.Fatalf("openTable of root's state_dir as root: %v", err)
+	}
+}
