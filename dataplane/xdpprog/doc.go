@@ -24,9 +24,12 @@
 //
 // IPv6 extension headers. To tell NDP from other ICMPv6, the program
 // follows hop-by-hop (first only), routing, destination options, AH and
-// fragment headers, up to MaxExtHeaders of them; a non-first fragment ends
-// the walk (it carries no ICMPv6 header, and RFC 6980 forbids fragmented
-// NDP), and a longer chain is passed to the kernel (counted as short). The
+// fragment headers, up to MaxExtHeaders of them, as many as the workers'
+// parser (packet.MaxExtHeaders); a non-first fragment ends the walk (it
+// carries no ICMPv6 header, and RFC 6980 forbids fragmented NDP), and a
+// longer chain goes to the workers, which drop and count it as malformed.
+// The limits are the same so that the workers never see NDP: a worker
+// cannot give a frame back to the kernel, and one it passes is lost. The
 // walk runs only for packets to a VIP: host traffic costs one lookup.
 //
 // VLAN tags are read from the frame. A NIC that strips them in hardware

@@ -35,9 +35,14 @@ const (
 )
 
 // MaxExtHeaders is how many IPv6 extension headers the program follows to
-// find an ICMPv6 header (real traffic carries one or two); a VIP frame with
-// a longer chain goes to the workers, whose parser follows 16.
-const MaxExtHeaders = 8
+// find an ICMPv6 header (real traffic carries one or two): as many as the
+// workers' parser, so that a frame the program redirects is never one a
+// worker would pass (a worker cannot hand a frame back to the kernel: NDP
+// behind 9 to 16 headers, which the parser used to follow, was lost
+// there). A VIP frame with a longer chain goes to the workers, which drop
+// it as malformed and count it. Following 16 here makes the verifier give
+// up (a million instructions: every header kind multiplies the paths).
+const MaxExtHeaders = packet.MaxExtHeaders
 
 // Header layout.
 const (
@@ -143,8 +148,8 @@ func instructions() (asm.Instructions, error) {
 		b.Emit(asm.JEq.Imm(asm.R2, int32(packet.ProtoICMPv6), "icmpv6"))
 		if i == MaxExtHeaders {
 			// Longer chains than we follow go to the workers, whose
-			// parser follows 16 headers and counts what is beyond (an
-			// NDP message behind so many headers is not one a host
+			// parser follows as many and counts the frame as malformed
+			// (an NDP message behind so many headers is not one a host
 			// sends).
 			b.Emit(asm.Ja.Label(redirect))
 			break
