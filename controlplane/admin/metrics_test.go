@@ -132,6 +132,8 @@ func TestMetrics(t *testing.T) {
 		`xlb_xdp_frames_total{verdict="passed_ndp"}`:                        1,
 		`xlb_xdp_frames_total{verdict="passed_short"}`:                      2,
 		`xlb_xdp_frames_total{verdict="passed_malformed_vip"}`:              6,
+		`xlb_xdp_frames_total{verdict="passed_vlan_offload"}`:               3,
+		`xlb_xdp_retagged_frames_total{}`:                                   5,
 	}
 	for r := dataplane.Reason(1); int(r) < dataplane.NumReasons; r++ {
 		reason := r.String()
