@@ -335,7 +335,7 @@ func (s *stack) attach() error {
 		// Tagged VIP frames whose tag the NIC or a bridge holds apart
 		// would reach the backends untagged (FR9).
 		s.log.Warn("XDP cannot see VLAN tags held outside the frame: keep VIP traffic untagged, or its tags in the frame (ethtool -K "+
-			d.Interface+" rxvlan off), or run native on a driver with VLAN receive metadata", zap.String("why", oneLine(why)))
+			d.Interface+" rxvlan off), or run native on a driver with VLAN receive metadata", zap.NamedError("why", why))
 	}
 	return nil
 }
