@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -178,5 +179,66 @@ func TestRetag_TagsHeldApartArePutBack(t *testing.T) {
 				t.Errorf("retagged did not move: the bridge kept the tag in the frame, the test proved nothing")
 			}
 		})
+	}
+}
+
+// TestVerdicts_DeviceBound: the device-bound variant, the one attached in
+// native mode, gives the golden frames the verdicts the plain program
+// gives them (their tags are in the frame: nothing to put back). The
+// kernel does not test-run device-bound programs, so the frames go through
+// the attached program on the veth; those too short to send are left out.
+func TestVerdicts_DeviceBound(t *testing.T) {
+	o := loadObjects(t, 1)
+	setVIPs(t, o, vip4, vip6, netip.MustParseAddr("10.200.0.9"))
+	ns := newTestNS(t, 1)
+	var l interface{ Close() error }
+	err := ns.Do(func() error {
+		var err error
+		l, _, err = o.Attach(ns.In.Attrs().Index, ModeNative)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("Attach native: %v", err)
+	}
+	defer l.Close()
+	if ok, why := o.Retags(); !ok {
+		if errors.Is(why, errNoKfunc) {
+			t.Skipf("kernel lacks %s (Linux 6.8+): %v", kfuncVLAN, why)
+		}
+		t.Fatalf("native mode on veth does not use the device-bound program: %v", why)
+	}
+	sent := 0
+	for _, r := range verdictRows(t) {
+		if len(r.frame) < 14 {
+			continue
+		}
+		t.Run(r.name, func(t *testing.T) {
+			before := readStats(t, o)
+			ns.inject(t, r.frame)
+			// The frame is counted once it went through; wait for that
+			// (bounded only against a hang).
+			var after [numStats]uint64
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				after = readStats(t, o)
+				if after[r.stat] > before[r.stat] {
+					break
+				}
+			}
+			// The veth's own IPv6 chatter (MLD, router solicitations) may
+			// pass as not-VIP meanwhile; nothing else may move.
+			for i := range after {
+				d := after[i] - before[i]
+				switch {
+				case i == r.stat && d == 0:
+					t.Errorf("counter %s did not move", statNames[i])
+				case i != r.stat && i != statPassedNotVIP && d != 0:
+					t.Errorf("counter %s moved by %d, want only %s", statNames[i], d, statNames[r.stat])
+				}
+			}
+		})
+		sent++
+	}
+	if sent < 40 {
+		t.Errorf("only %d golden frames sent", sent)
 	}
 }
