@@ -77,6 +77,12 @@ func TestProcessDoesNotAllocate(t *testing.T) {
 			dataplane.VerdictDrop, dataplane.ReasonNoRule, 0, false},
 		{"source not allowed", build(tcp(netip.MustParseAddr("198.18.0.1"), benchVIPAllow, "S")),
 			dataplane.VerdictDrop, dataplane.ReasonSourceNotAllowed, 0, false},
+		{"martian source", build(tcp(netip.MustParseAddr("127.0.0.1"), benchVIPWeb4, "A")),
+			dataplane.VerdictDrop, dataplane.ReasonMartianSource, 0, false},
+		{"source is a VIP", build(tcp(benchVIPIPIP, benchVIPWeb4, "A")),
+			dataplane.VerdictDrop, dataplane.ReasonSourceIsVIP, 0, false},
+		{"not our MAC", func() []byte { f := build(tcp(c4, benchVIPWeb4, "A")); f[0] = 0xff; return f }(),
+			dataplane.VerdictDrop, dataplane.ReasonNotOurMAC, 0, false},
 		{"non-VIP pass", build(tcp(c4, benchNotVIP, "S")), dataplane.VerdictPass, 0, 0, false},
 		{"ARP pass", arp, dataplane.VerdictPass, 0, 0, false},
 	} {

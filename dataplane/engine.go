@@ -320,6 +320,15 @@ func (dc *Decider) front(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision
 		d.Verdict = VerdictPass
 		return false
 	}
+	if foreignMAC(f.Data(), &snap.Local.MAC) { // FR9
+		d.Verdict, d.Reason = VerdictDrop, ReasonNotOurMAC
+		return false
+	}
+	why, src := checkSource(snap, &p.Src, p.IPVersion == 4)
+	if why != ReasonNone { // FR8
+		d.Verdict, d.Reason = VerdictDrop, why
+		return false
+	}
 	if p.HasInner && (p.Proto == packet.ProtoICMP || p.Proto == packet.ProtoICMPv6) {
 		// X1: steer an ICMP error by the flow it quotes, reversed.
 		in := &p.Inner
@@ -366,6 +375,10 @@ func (dc *Decider) front(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision
 		return false
 	}
 	d.Service = svc
+	if sourceIsBackend(src, svc.ID) { // FR8
+		d.Verdict, d.Reason = VerdictDrop, ReasonSourceIsBackend
+		return false
+	}
 	if len(rule.Sources) > 0 && !sourceAllowed(rule, &fl.Src) { // FR6
 		d.Verdict, d.Reason = VerdictDrop, ReasonSourceNotAllowed
 		return false

@@ -218,6 +218,11 @@ type Local struct {
 	// fragmentation needed / packet too big, X1). 0: unknown, only
 	// MaxFrame bounds.
 	MTU int
+	// Self are the interface's own addresses and SubnetBroadcasts the
+	// directed broadcasts of its IPv4 subnets (SelfAddrs): no client
+	// sends from either (FR8). The encapsulation sources count as Self.
+	Self             []netip.Addr
+	SubnetBroadcasts []netip.Addr
 }
 
 // Snapshot is everything the hot path needs, immutable once published.
@@ -230,12 +235,15 @@ type Snapshot struct {
 
 	vips   []vipEntry             // small: linear scan
 	vipMap map[[16]byte]*VIPRules // large: map
+	srcs   srcIndex               // sources no client has (FR8)
 }
 
 const vipLinearMax = 8
 
-// IndexVIPs prepares the VIP lookup; call once after filling Rules.
+// IndexVIPs prepares the VIP lookup and the source checks (FR8); call
+// once after filling Rules, Backends and Local.
 func (s *Snapshot) IndexVIPs() {
+	defer s.indexSources()
 	s.vips = s.vips[:0]
 	s.vipMap = nil
 	if len(s.Rules) > vipLinearMax {

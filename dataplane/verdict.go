@@ -44,6 +44,21 @@ const (
 	// reload removed, while that rule drains (M5), and that no live
 	// tracking entry carries: a new connection, or a flow never tracked.
 	ReasonVIPDraining
+	// ReasonMartianSource: a VIP frame whose source no client can have:
+	// loopback, unspecified, multicast, broadcast (a subnet's of the
+	// interface too), IPv4-mapped or -compatible in IPv6 (FR8).
+	ReasonMartianSource
+	// ReasonSourceIsVIP: the source is one of the VIPs (FR8).
+	ReasonSourceIsVIP
+	// ReasonSourceIsSelf: the source is one of the balancer's own
+	// addresses (FR8).
+	ReasonSourceIsSelf
+	// ReasonSourceIsBackend: the source is a backend of the service the
+	// frame's rule selects (FR8).
+	ReasonSourceIsBackend
+	// ReasonNotOurMAC: a VIP frame whose destination MAC is not the
+	// interface's: broadcast, multicast or another host's (FR9).
+	ReasonNotOurMAC
 	numReasons
 )
 
@@ -53,6 +68,7 @@ const NumReasons = int(numReasons)
 var reasonNames = [...]string{
 	"", "malformed", "no-rule", "source-not-allowed", "no-eligible-backend",
 	"backend-not-ready", "no-encap-source", "too-big", "table-full", "vip-draining",
+	"martian-source", "source-is-vip", "source-is-self", "source-is-backend", "not-our-mac",
 }
 
 func (r Reason) String() string { return reasonNames[r] }

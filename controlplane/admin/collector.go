@@ -37,6 +37,8 @@ var (
 		"Times the kernel found the queue's fill ring empty (no buffer for a received frame).", queueLabels, nil)
 	descXDPFrames = prometheus.NewDesc("xlb_xdp_frames_total",
 		"Frames the XDP program saw, by verdict.", []string{"verdict"}, nil)
+	descXDPRetagged = prometheus.NewDesc("xlb_xdp_retagged_frames_total",
+		"Frames whose VLAN tag the XDP program put back from the receive metadata.", nil, nil)
 
 	descCTEntries = prometheus.NewDesc("xlb_conntrack_entries",
 		"Entries stored in the tracking table (live, or expired and not yet reclaimed).", nil, nil)
@@ -113,7 +115,7 @@ var (
 
 	allDescs = []*prometheus.Desc{
 		descQueueRX, descQueueTX, descQueuePass, descQueueDrops, descQueueEvictions, descQueueNotRecorded, descQueueTooBigSent,
-		descAFXDPDrops, descAFXDPFillEmpty, descXDPFrames,
+		descAFXDPDrops, descAFXDPFillEmpty, descXDPFrames, descXDPRetagged,
 		descCTEntries, descCTCapacity, descCTInserts, descCTUpdates, descCTEvictions, descCTEvicted, descCTRefused, descCTSpills, descCTMoves, descCTReclaimed, descCTDeletes,
 		descGeneration, descReloadOK, descReloadFail,
 		descSvcPackets, descSvcBytes, descSvcNew, descSvcDrops, descSvcSide, descSvcEligible, descSvcBackends, descSvcSwitches,
@@ -197,6 +199,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			counter(descXDPFrames, x.PassedNDP, "passed_ndp")
 			counter(descXDPFrames, x.PassedShort, "passed_short")
 			counter(descXDPFrames, x.PassedMalformedVIP, "passed_malformed_vip")
+			counter(descXDPFrames, x.PassedVLANOffload, "passed_vlan_offload")
+			counter(descXDPRetagged, x.Retagged)
 		}
 	}
 	if ct := r.Conntrack; ct != nil {

@@ -9,6 +9,7 @@ import (
 
 	"xlb/controlplane/admin"
 	"xlb/controlplane/cptest"
+	"xlb/dataplane"
 	"xlb/dataplane/craft"
 )
 
@@ -132,9 +133,11 @@ func TestMetrics(t *testing.T) {
 		`xlb_xdp_frames_total{verdict="passed_ndp"}`:                        1,
 		`xlb_xdp_frames_total{verdict="passed_short"}`:                      2,
 		`xlb_xdp_frames_total{verdict="passed_malformed_vip"}`:              6,
+		`xlb_xdp_frames_total{verdict="passed_vlan_offload"}`:               3,
+		`xlb_xdp_retagged_frames_total{}`:                                   5,
 	}
-	for _, reason := range []string{"malformed", "no-rule", "source-not-allowed", "no-eligible-backend",
-		"backend-not-ready", "no-encap-source", "too-big", "table-full", "vip-draining"} {
+	for r := dataplane.Reason(1); int(r) < dataplane.NumReasons; r++ {
+		reason := r.String()
 		want[fmt.Sprintf(`xlb_queue_drop_packets_total{queue="0",reason=%q}`, reason)] = float64(q0.drops[reason])
 		want[fmt.Sprintf(`xlb_queue_drop_packets_total{queue="3",reason=%q}`, reason)] = float64(q3.drops[reason])
 		// A frame no rule matches belongs to no service.

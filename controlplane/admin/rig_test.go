@@ -97,7 +97,8 @@ func newRig(t *testing.T) (*cptest.Rig, *rigSources) {
 		runtime: &admin.Runtime{Interface: "xa0", XDPMode: "native",
 			Queues: []admin.QueueRuntime{{Queue: 0, BindMode: "copy", TxFull: 2,
 				Kernel: &admin.KernelStats{RxRingFull: 7, RxDropped: 3, FillRingEmpty: 5, RxInvalidDescs: 0, TxInvalidDescs: 1}}},
-			XDPProgram: &admin.XDPProgramStats{Redirected: 20, PassedNoSocket: 4, PassedNotVIP: 9, PassedNDP: 1, PassedShort: 2, PassedMalformedVIP: 6}},
+			XDPProgram: &admin.XDPProgramStats{Redirected: 20, PassedNoSocket: 4, PassedNotVIP: 9, PassedNDP: 1, PassedShort: 2, PassedMalformedVIP: 6,
+				PassedVLANOffload: 3, Retagged: 5}},
 		reloads: &admin.ReloadReport{}, health: admin.NewHealthMetrics()}
 }
 

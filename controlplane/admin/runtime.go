@@ -67,6 +67,12 @@ type XDPProgramStats struct {
 	// PassedMalformedVIP: VIP frames with a bad header, passed to the
 	// kernel, which drops them.
 	PassedMalformedVIP uint64 `json:"passed_malformed_vip"`
+	// PassedVLANOffload: frames whose VLAN tag the receive metadata held
+	// and could not be put back, passed to the kernel.
+	PassedVLANOffload uint64 `json:"passed_vlan_offload"`
+	// Retagged: frames whose VLAN tag the program put back from the
+	// receive metadata (also counted under their verdict).
+	Retagged uint64 `json:"retagged"`
 }
 
 // HealthCheckStatus is one health-check target: a check probing one

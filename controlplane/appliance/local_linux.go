@@ -58,6 +58,7 @@ func localOf(res *neigh.Resolver, cfg *config.Config, link netlink.Link, log *za
 	if err != nil {
 		log.Warn("listing the interface's addresses (IPIP/GUE need an outer source)", zap.Error(err))
 	}
+	l.Self, l.SubnetBroadcasts = dataplane.SelfAddrs(interfacePrefixes(link))
 	for _, ip := range []netip.Addr{v4, v6} {
 		if ip.IsValid() {
 			set(ip)
@@ -88,6 +89,28 @@ func interfaceAddrs(link netlink.Link) (v4, v6 netip.Addr, err error) {
 		}
 	}
 	return v4, v6, nil
+}
+
+// interfacePrefixes are all of link's addresses with their prefix lengths
+// (none when they cannot be listed: the warning above says so): VIP frames
+// from any of them, or to a subnet's broadcast, are spoofed (FR8).
+func interfacePrefixes(link netlink.Link) []netip.Prefix {
+	addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok || a.IPNet == nil {
+			continue
+		}
+		ones, _ := a.IPNet.Mask.Size()
+		if p, err := ip.Unmap().Prefix(ones); err == nil {
+			out = append(out, netip.PrefixFrom(ip.Unmap(), p.Bits()))
+		}
+	}
+	return out
 }
 
 // waitNeighbours waits up to neighbourWait for the backends' MACs and logs

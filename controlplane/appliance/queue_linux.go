@@ -105,7 +105,7 @@ func (s *stack) runtime() *admin.Runtime {
 	if st, err := s.objs.Stats(); err == nil {
 		rt.XDPProgram = &admin.XDPProgramStats{Redirected: st.Redirected, PassedNoSocket: st.PassedNoSocket,
 			PassedNotVIP: st.PassedNotVIP, PassedNDP: st.PassedNDP, PassedShort: st.PassedShort,
-			PassedMalformedVIP: st.PassedMalformedVIP}
+			PassedMalformedVIP: st.PassedMalformedVIP, PassedVLANOffload: st.PassedVLANOffload, Retagged: st.Retagged}
 	} else {
 		rt.XDPProgramError = err.Error()
 	}

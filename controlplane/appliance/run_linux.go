@@ -343,6 +343,12 @@ func (s *stack) attach() error {
 		s.log.Info("XDP program detached")
 	})
 	s.log.Info("XDP program attached", zap.String("xdp_mode", string(mode)), zap.Stringer("requested", d.XDPMode))
+	if ok, why := objs.Retags(); !ok {
+		// Tagged VIP frames whose tag the NIC or a bridge holds apart
+		// would reach the backends untagged (FR9).
+		s.log.Warn("XDP cannot see VLAN tags held outside the frame: keep VIP traffic untagged, or its tags in the frame (ethtool -K "+
+			d.Interface+" rxvlan off), or run native on a driver with VLAN receive metadata", zap.NamedError("why", why))
+	}
 	return nil
 }
 

@@ -18,9 +18,11 @@ import (
 //
 // A frame the engine passes cannot go to the host stack from here: AF_XDP
 // has no way to re-inject a frame into the kernel's receive path. FramePort
-// recycles it and counts it (FramePortCounters.Passed). The XDP program only
-// redirects VIP traffic (NDP for a VIP, for one, stays with the kernel), so
-// the engine rarely passes a frame it gets from AF_XDP.
+// recycles it and counts it (FramePortCounters.Passed): the frame is lost.
+// The XDP program only redirects VIP traffic, and keeps NDP for a VIP with
+// the kernel behind as many extension headers as the engine's parser
+// follows, so the engine passes a frame it gets from AF_XDP only around a
+// reload that removes a VIP, or before the first snapshot.
 //
 // Like the Socket's hot path, a FramePort belongs to one worker goroutine;
 // Counters may be read from any.

@@ -40,12 +40,21 @@ const (
 	TCPMinLen      = 20
 	UDPLen         = 8
 	ICMPHeaderLen  = 8
-	maxVLANTags    = 2  // 802.1Q, or 802.1ad + 802.1Q (QinQ)
-	maxExtHeaders  = 16 // more is not a packet we want to walk
+	maxVLANTags    = 2 // 802.1Q, or 802.1ad + 802.1Q (QinQ)
 	ipv4FlagDF     = 0x4000
 	ipv4FlagMF     = 0x2000
 	ipv4OffsetMask = 0x1fff
 )
+
+// MaxExtHeaders is how many IPv6 extension headers (and IPv4 AH headers)
+// Parse follows (real traffic carries one or two); a packet with more is
+// malformed. The XDP program follows exactly as many
+// (xdpprog.MaxExtHeaders; more would exceed what the verifier accepts), so
+// that the workers never see NDP they would have to pass: a worker cannot
+// hand a frame back to the kernel.
+const MaxExtHeaders = 8
+
+const maxExtHeaders = MaxExtHeaders
 
 // TCP flags as they appear in Parsed.TCPFlags.
 const (

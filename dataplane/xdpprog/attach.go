@@ -40,10 +40,31 @@ func (o *Objects) Attach(ifindex int, mode Mode) (link.Link, Mode, error) {
 		}
 		return l, m, nil
 	}
+	if mode == ModeNative || mode == ModeAuto {
+		// Natively, the device-bound variant first: it sees the VLAN tags
+		// the kernel holds apart. Where it cannot load or attach, the
+		// plain program still serves (Retags says why).
+		bp, err := o.loadBound(ifindex)
+		if err == nil {
+			l, errAttach := link.AttachXDP(link.XDPOptions{Program: bp, Interface: ifindex, Flags: link.XDPDriverMode})
+			if errAttach == nil {
+				o.mu.Lock()
+				o.bound, o.retagErr = bp, nil
+				o.mu.Unlock()
+				return l, ModeNative, nil
+			}
+			bp.Close()
+			err = fmt.Errorf("xdpprog: attaching the device-bound program: %w", errAttach)
+		}
+		o.mu.Lock()
+		o.retagErr = err
+		o.mu.Unlock()
+	}
 	switch mode {
 	case ModeNative:
 		return attach(ModeNative, link.XDPDriverMode)
 	case ModeGeneric:
+		o.noRetagIn(ModeGeneric)
 		return attach(ModeGeneric, link.XDPGenericMode)
 	case ModeAuto:
 		l, m, errNative := attach(ModeNative, link.XDPDriverMode)
@@ -52,9 +73,18 @@ func (o *Objects) Attach(ifindex int, mode Mode) (link.Link, Mode, error) {
 		}
 		l, m, errGeneric := attach(ModeGeneric, link.XDPGenericMode)
 		if errGeneric == nil {
+			o.noRetagIn(ModeGeneric)
 			return l, m, nil
 		}
 		return nil, "", errors.Join(errNative, errGeneric)
 	}
 	return nil, "", fmt.Errorf("%w %q: want auto, native or generic", ErrMode, mode)
+}
+
+// noRetagIn records that the program attached in mode cannot see VLAN tags
+// held in the receive metadata.
+func (o *Objects) noRetagIn(m Mode) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.retagErr = fmt.Errorf("xdpprog: %s mode: XDP cannot read VLAN tags held in the receive metadata (device-bound programs attach natively only)", m)
 }

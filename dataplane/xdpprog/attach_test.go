@@ -50,11 +50,14 @@ func TestAttach_ModesAndDetach(t *testing.T) {
 			if used != tc.want {
 				t.Errorf("mode in use %q, want %q", used, tc.want)
 			}
-			info, err := o.Program.Info()
+			info, err := o.attachedProgram().Info()
 			if err != nil {
 				t.Fatal(err)
 			}
 			id, _ := info.ID()
+			if bound, _ := o.Retags(); bound != (used == ModeNative) {
+				t.Errorf("device-bound program attached: %v, in %s mode", bound, used)
+			}
 			x := ns.xdpState(t, ns.In)
 			if !x.Attached || x.AttachMode != tc.attachMode || x.ProgId != uint32(id) {
 				t.Errorf("netlink: attached %v, mode %d, prog %d; want true, %d, %d", x.Attached, x.AttachMode, x.ProgId, tc.attachMode, id)

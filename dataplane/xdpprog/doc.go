@@ -24,14 +24,26 @@
 //
 // IPv6 extension headers. To tell NDP from other ICMPv6, the program
 // follows hop-by-hop (first only), routing, destination options, AH and
-// fragment headers, up to MaxExtHeaders of them; a non-first fragment ends
-// the walk (it carries no ICMPv6 header, and RFC 6980 forbids fragmented
-// NDP), and a longer chain is passed to the kernel (counted as short). The
+// fragment headers, up to MaxExtHeaders of them, as many as the workers'
+// parser (packet.MaxExtHeaders); a non-first fragment ends the walk (it
+// carries no ICMPv6 header, and RFC 6980 forbids fragmented NDP), and a
+// longer chain goes to the workers, which drop and count it as malformed.
+// The limits are the same so that the workers never see NDP: a worker
+// cannot give a frame back to the kernel, and one it passes is lost. The
 // walk runs only for packets to a VIP: host traffic costs one lookup.
 //
-// VLAN tags are read from the frame. A NIC that strips them in hardware
-// (rx-vlan-offload on) hands XDP the frame untagged; veth, in native and
-// generic mode, keeps them.
+// VLAN tags are read from the frame, and forwarded frames keep them. A
+// NIC that strips the outer tag in hardware (rx-vlan-offload on), or a
+// bridge in front of a veth (it takes the tag into the skb's metadata at
+// its port), hands XDP the frame without it: a tagged VIP frame would reach
+// its backend untagged, a QinQ frame with its inner tag only. So, in native
+// mode, Attach first loads a device-bound variant of the program that asks
+// the driver for that tag (the bpf_xdp_metadata_rx_vlan_tag kfunc, Linux
+// 6.8+; veth, mlx5, ice and others implement it) and puts it back into the
+// frame before parsing it (counted as retagged); a tag it cannot put back
+// sends the frame to the kernel (passed_vlan_offload). Generic mode cannot
+// do this (device-bound programs attach natively only): Retags says so, and
+// xlb run warns.
 //
 // Attach uses a BPF link (link.AttachXDP), so the kernel detaches the
 // program when the last reference — the process — goes away.

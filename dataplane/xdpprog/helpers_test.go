@@ -168,10 +168,12 @@ func statsArray(s Stats) [numStats]uint64 {
 	a[statPassedNDP] = s.PassedNDP
 	a[statPassedShort] = s.PassedShort
 	a[statPassedMalformedVIP] = s.PassedMalformedVIP
+	a[statPassedVLANOffload] = s.PassedVLANOffload
+	a[statRetagged] = s.Retagged
 	return a
 }
 
-var statNames = [numStats]string{"redirected", "passed-no-socket", "passed-not-vip", "passed-ndp", "passed-short", "passed-malformed-vip"}
+var statNames = [numStats]string{"redirected", "passed-no-socket", "passed-not-vip", "passed-ndp", "passed-short", "passed-malformed-vip", "passed-vlan-offload", "retagged"}
 
 func readStats(tb testing.TB, o *Objects) [numStats]uint64 {
 	tb.Helper()

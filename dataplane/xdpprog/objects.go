@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"golang.org/x/sys/unix"
 )
 
 // Limits of the maps.
@@ -42,6 +44,11 @@ type Objects struct {
 
 	maxQueues int
 	mu        sync.Mutex // serialises SetVIPs and socket registration
+	// bound is the device-bound variant of Program that Attach attached
+	// in native mode (it puts back VLAN tags the receive metadata hold);
+	// retagErr says why there is none.
+	bound    *ebpf.Program
+	retagErr error
 	// vipKeys is what the VIP map holds, as SetVIPs last wrote it: a
 	// reload writes only what changed (a handful of syscalls instead of
 	// tens of thousands for a large set). nil when not known: before the
@@ -51,7 +58,7 @@ type Objects struct {
 
 // collectionSpec describes the program and maps for maxQueues rx queues.
 func collectionSpec(maxQueues int) (*ebpf.CollectionSpec, error) {
-	insns, err := instructions()
+	insns, err := instructions(0)
 	if err != nil {
 		return nil, fmt.Errorf("xdpprog: assembling: %w", err)
 	}
@@ -138,6 +145,10 @@ func (o *Objects) Close() error {
 	if o.Program != nil {
 		errs = append(errs, o.Program.Close())
 	}
+	if o.bound != nil {
+		errs = append(errs, o.bound.Close())
+		o.bound = nil
+	}
 	for _, m := range []*ebpf.Map{o.VIPs, o.Sockets, o.Queues, o.Counters} {
 		if m != nil {
 			errs = append(errs, m.Close())
@@ -148,4 +159,78 @@ func (o *Objects) Close() error {
 		return fmt.Errorf("xdpprog: closing: %w", err)
 	}
 	return nil
+}
+
+// kfuncVLAN is the kfunc that reads the receive metadata's VLAN tag
+// (Linux 6.8 and later; drivers implement it: veth, mlx5, ice, ...). A
+// program that calls it must be bound to its device, and a device-bound
+// program attaches in native mode only: in generic mode nothing tells
+// XDP of a tag the kernel holds apart.
+const kfuncVLAN = "bpf_xdp_metadata_rx_vlan_tag"
+
+// errNoKfunc: the kernel has no kfuncVLAN.
+var errNoKfunc = errors.New("xdpprog: the kernel has no " + kfuncVLAN)
+
+// xdpDevBoundOnly is BPF_F_XDP_DEV_BOUND_ONLY: a device-bound program
+// that is not offloaded to the NIC.
+const xdpDevBoundOnly = unix.BPF_F_XDP_DEV_BOUND_ONLY
+
+// loadBound loads the device-bound variant of the program for ifindex
+// (the VLAN retag prologue, see retag), on the objects' own maps.
+func (o *Objects) loadBound(ifindex int) (*ebpf.Program, error) {
+	kernel, err := btf.LoadKernelSpec()
+	if err != nil {
+		return nil, fmt.Errorf("xdpprog: kernel BTF: %w", err)
+	}
+	var fn *btf.Func
+	if err := kernel.TypeByName(kfuncVLAN, &fn); err != nil {
+		return nil, fmt.Errorf("%w: %w", errNoKfunc, err)
+	}
+	id, err := kernel.TypeID(fn)
+	if err != nil {
+		return nil, fmt.Errorf("xdpprog: %s: %w", kfuncVLAN, err)
+	}
+	insns, err := instructions(id)
+	if err != nil {
+		return nil, fmt.Errorf("xdpprog: assembling: %w", err)
+	}
+	spec, err := collectionSpec(o.maxQueues)
+	if err != nil {
+		return nil, err
+	}
+	ps := spec.Programs[progName]
+	ps.Instructions, ps.Flags, ps.Ifindex = insns, xdpDevBoundOnly, uint32(ifindex)
+	o.mu.Lock()
+	repl := map[string]*ebpf.Map{nameVIPs: o.VIPs, nameSockets: o.Sockets, nameQueues: o.Queues, nameCounters: o.Counters}
+	o.mu.Unlock()
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("xdpprog: loading the device-bound program: %w\nverifier log:\n%s", err, strings.Join(ve.Log, "\n"))
+		}
+		return nil, fmt.Errorf("xdpprog: loading the device-bound program: %w", err)
+	}
+	defer coll.Close()
+	return coll.DetachProgram(progName), nil
+}
+
+// Retags reports whether the attached program puts back VLAN tags that
+// the receive metadata hold (native mode, a kernel and driver with
+// bpf_xdp_metadata_rx_vlan_tag), and otherwise why not.
+func (o *Objects) Retags() (bool, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.bound != nil, o.retagErr
+}
+
+// attachedProgram is the program Attach attached natively, the
+// device-bound one when it could.
+func (o *Objects) attachedProgram() *ebpf.Program {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.bound != nil {
+		return o.bound
+	}
+	return o.Program
 }

@@ -17,11 +17,19 @@ type Stats struct {
 	// after the address was truncated or malformed: VIP traffic the
 	// kernel then drops.
 	PassedMalformedVIP uint64
+	// PassedVLANOffload counts frames whose VLAN tag the receive metadata
+	// held and that could not be put back (an unknown TPID, no
+	// headroom): passed to the kernel, which has the tag.
+	PassedVLANOffload uint64
+	// Retagged counts frames whose VLAN tag the program put back from the
+	// receive metadata; each is counted under its verdict too (not in
+	// Total).
+	Retagged uint64
 }
 
 // Total is the number of frames counted.
 func (s Stats) Total() uint64 {
-	return s.Redirected + s.PassedNoSocket + s.PassedNotVIP + s.PassedNDP + s.PassedShort + s.PassedMalformedVIP
+	return s.Redirected + s.PassedNoSocket + s.PassedNotVIP + s.PassedNDP + s.PassedShort + s.PassedMalformedVIP + s.PassedVLANOffload
 }
 
 // Stats reads and sums the per-CPU counters.
@@ -48,5 +56,7 @@ func (o *Objects) Stats() (Stats, error) {
 		PassedNDP:          sums[statPassedNDP],
 		PassedShort:        sums[statPassedShort],
 		PassedMalformedVIP: sums[statPassedMalformedVIP],
+		PassedVLANOffload:  sums[statPassedVLANOffload],
+		Retagged:           sums[statRetagged],
 	}, nil
 }

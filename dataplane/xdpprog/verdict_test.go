@@ -6,6 +6,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/google/gopacket/layers"
+
+	"xlb/dataplane/packet"
 )
 
 // verdictRow is one golden case: a frame and the counter its verdict lands
@@ -109,8 +111,8 @@ func verdictRows(tb testing.TB) []verdictRow {
 		{"v6 VIP extension header cut", fixLen6(cut(v6(tb, nil, vip6, hbh, ext(icmp, 0, ns)), 14+40+1)), badVIP},
 		{"v6 VIP extension header longer than the frame", fixLen6(cut(v6(tb, nil, vip6, hbh, ext(icmp, 3, ns)), 14+40+8)), badVIP},
 		// A longer chain than the program follows: the workers' parser
-		// follows 16 headers and counts what it cannot, where the kernel
-		// would drop the frame unnoticed.
+		// follows as many headers and counts the frame as malformed, where
+		// the kernel would drop it unnoticed.
 		{"v6 VIP chain longer than MaxExtHeaders", v6(tb, nil, vip6, dopts, chain(MaxExtHeaders+1, ns)), toWorkers},
 		{"v6 VIP TCP after 16 extension headers", v6(tb, nil, vip6, dopts, chainTo(16, layers.IPProtocolTCP, make([]byte, 20))), toWorkers},
 	}
@@ -210,4 +212,42 @@ func TestVerdict_RxQueue(t *testing.T) {
 // xdpMD is struct xdp_md, the context of a test run.
 type xdpMD struct {
 	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
+}
+
+// TestWorkersNeverGetWhatTheyWouldPass: a worker cannot hand a frame back
+// to the kernel, so what the program redirects must be a frame the
+// workers decide (forward or a counted drop), never NDP, which they
+// would pass and so lose. The program and the parser follow the same
+// number of extension headers: NDP behind up to MaxExtHeaders of them
+// stays with the kernel; behind more, the parser calls it malformed (a
+// counted drop). With the old limits (program 8, parser 16), NDP behind
+// 9 to 16 headers went to the workers and was lost there.
+func TestWorkersNeverGetWhatTheyWouldPass(t *testing.T) {
+	o := loadObjects(t, 1)
+	setVIPs(t, o, vip6)
+	dopts := layers.IPProtocolIPv6Destination
+	for n := 0; n <= 2*MaxExtHeaders+2; n++ {
+		for _, typ := range []uint8{133, 135, 136, 137} {
+			b, next := icmp6(typ), layers.IPProtocolICMPv6
+			for range n {
+				b, next = ext(next, 0, b), dopts
+			}
+			frame := v6(t, nil, vip6, next, b)
+			before := readStats(t, o)
+			if _, err := o.Program.Run(&ebpf.RunOptions{Data: frame}); err != nil {
+				t.Fatalf("Program.Run: %v", err)
+			}
+			after := readStats(t, o)
+			if after[statPassedNoSocket] == before[statPassedNoSocket] {
+				if after[statPassedNDP] == before[statPassedNDP] {
+					t.Errorf("ICMPv6 %d behind %d headers: neither to the workers nor NDP", typ, n)
+				}
+				continue
+			}
+			var p packet.Parsed
+			if err := packet.Parse(frame, &p); err == nil && p.Proto == packet.ProtoICMPv6 && p.ICMPType >= 133 && p.ICMPType <= 137 {
+				t.Errorf("NDP (type %d) behind %d extension headers goes to the workers, which would pass (lose) it", typ, n)
+			}
+		}
+	}
 }

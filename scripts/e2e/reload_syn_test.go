@@ -328,6 +328,7 @@ var synLossPrefixes = []string{
 	"lb Ip.",                                          // the balancer's kernel dropped VIP traffic the XDP program passed (blackhole route: InAddrErrors)
 	`xlb_xdp_frames_total{verdict="passed_no_socket"`, // VIP traffic the kernel drops
 	`xlb_xdp_frames_total{verdict="passed_malformed_vip"`,
+	`xlb_xdp_frames_total{verdict="passed_vlan_offload"`, // a tag the program could not put back: the kernel's
 	"link ",           // an interface of the bed dropped it
 	"softnet dropped", // the host's input backlog was full
 	"backend TcpExt.ListenOverflows",
