@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -71,18 +70,15 @@ func cmdCapture(args []string, stdout, stderr io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", *sock)
-		},
-	}}
+	sc := admin.SocketClient{Path: *sock}
+	c := sc.HTTPClient(0) // streams for as long as asked
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://xlb/capture?"+q.Encode(), nil)
 	if err != nil {
 		return err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return fmt.Errorf("xlb capture: admin socket %s: %w", *sock, err)
+		return fmt.Errorf("xlb capture: %w", sc.DialError(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
