@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,9 @@ type Options struct {
 	// Socket is the Unix socket's path: every endpoint, the state-changing
 	// ones included; "" for none (then nothing can change state).
 	Socket string
+	// SocketOwner is the uid, besides root, that may own the socket's
+	// directory: the user xlb runs as. nil: this process's effective uid.
+	SocketOwner *int
 	// Pprof serves /debug/pprof/ on the TCP listener.
 	Pprof bool
 	// Limits bound both listeners; zero fields take DefaultLimits'.
@@ -264,7 +268,11 @@ func (s *Server) Start() error {
 	}
 	var sock *socketListener
 	if s.unix != nil {
-		if sock, err = listenSocket(s.opts.Socket); err != nil {
+		owner := os.Geteuid()
+		if s.opts.SocketOwner != nil {
+			owner = *s.opts.SocketOwner
+		}
+		if sock, err = listenSocket(s.opts.Socket, owner); err != nil {
 			ln.Close()
 			return fmt.Errorf("admin: %w", err)
 		}
