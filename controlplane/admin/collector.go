@@ -37,6 +37,12 @@ var (
 		"Times the kernel found the queue's fill ring empty (no buffer for a received frame).", queueLabels, nil)
 	descXDPFrames = prometheus.NewDesc("xlb_xdp_frames_total",
 		"Frames the XDP program saw, by verdict.", []string{"verdict"}, nil)
+	descMTU = prometheus.NewDesc("xlb_interface_mtu_bytes",
+		"The interface's MTU, as last seen.", nil, nil)
+	descMaxMTU = prometheus.NewDesc("xlb_interface_max_mtu_bytes",
+		"The largest MTU whose frames fit dataplane.frame_size; longer VIP frames are dropped by the kernel (rx_dropped).", nil, nil)
+	descMTUTooLarge = prometheus.NewDesc("xlb_interface_mtu_too_large_total",
+		"Changes of the interface that set its MTU above xlb_interface_max_mtu_bytes.", nil, nil)
 
 	descCTEntries = prometheus.NewDesc("xlb_conntrack_entries",
 		"Entries stored in the tracking table (live, or expired and not yet reclaimed).", nil, nil)
@@ -112,6 +118,7 @@ var (
 	allDescs = []*prometheus.Desc{
 		descQueueRX, descQueueTX, descQueuePass, descQueueDrops, descQueueEvictions, descQueueNotRecorded, descQueueTooBigSent,
 		descAFXDPDrops, descAFXDPFillEmpty, descXDPFrames,
+		descMTU, descMaxMTU, descMTUTooLarge,
 		descCTEntries, descCTCapacity, descCTInserts, descCTUpdates, descCTEvictions, descCTEvicted, descCTSpills, descCTMoves, descCTReclaimed, descCTDeletes,
 		descGeneration, descReloadOK, descReloadFail,
 		descSvcPackets, descSvcBytes, descSvcNew, descSvcDrops, descSvcSide, descSvcEligible, descSvcBackends, descSvcSwitches,
@@ -187,6 +194,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				counter(descAFXDPDrops, k.TxInvalidDescs, l, "tx_invalid_descs")
 				counter(descAFXDPFillEmpty, k.FillRingEmpty, l)
 			}
+		}
+		if rt.MaxMTU > 0 {
+			gauge(descMTU, float64(rt.MTU))
+			gauge(descMaxMTU, float64(rt.MaxMTU))
+			counter(descMTUTooLarge, rt.MTUTooLarge)
 		}
 		if x := rt.XDPProgram; x != nil {
 			counter(descXDPFrames, x.Redirected, "redirected")
