@@ -139,11 +139,11 @@ func (c SocketClient) HTTPClient(timeout time.Duration) *http.Client {
 // Call sends one request through the socket and returns the body of a 200
 // answer, as Call does.
 func (c SocketClient) Call(method, path string) ([]byte, error) {
-	return call(c.HTTPClient(callTimeout), method, "http://xlb"+path, func(err error) error { return c.DialError(err) })
+	return call(c.HTTPClient(callTimeout), method, "http://xlb"+path, c.DialError)
 }
 
-// DialError says what went wrong reaching the socket in one line, the
-// HTTP client's wrapping left out.
+// DialError says what went wrong reaching the socket, naming it; a
+// refused listener's error as it is, the HTTP client's wrapping left out.
 func (c SocketClient) DialError(err error) error {
 	sock := c.Path
 	var untrusted *untrustedPeerError
