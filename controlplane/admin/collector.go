@@ -37,12 +37,6 @@ var (
 		"Times the kernel found the queue's fill ring empty (no buffer for a received frame).", queueLabels, nil)
 	descXDPFrames = prometheus.NewDesc("xlb_xdp_frames_total",
 		"Frames the XDP program saw, by verdict.", []string{"verdict"}, nil)
-	descMTU = prometheus.NewDesc("xlb_interface_mtu_bytes",
-		"The interface's MTU, as last seen.", nil, nil)
-	descMaxMTU = prometheus.NewDesc("xlb_interface_max_mtu_bytes",
-		"The largest MTU whose frames fit dataplane.frame_size; longer VIP frames are dropped by the kernel (rx_dropped).", nil, nil)
-	descMTUTooLarge = prometheus.NewDesc("xlb_interface_mtu_too_large_total",
-		"Changes of the interface that set its MTU above xlb_interface_max_mtu_bytes.", nil, nil)
 
 	descCTEntries = prometheus.NewDesc("xlb_conntrack_entries",
 		"Entries stored in the tracking table (live, or expired and not yet reclaimed).", nil, nil)
@@ -72,6 +66,13 @@ var (
 		"Configuration reloads (SIGHUP) applied.", nil, nil)
 	descReloadFail = prometheus.NewDesc("xlb_reload_failure_total",
 		"Configuration reloads (SIGHUP) rejected: invalid file, or a change that needs a restart; the running configuration stayed.", nil, nil)
+
+	descMTU = prometheus.NewDesc("xlb_interface_mtu_bytes",
+		"The interface's MTU, as last seen.", nil, nil)
+	descMaxMTU = prometheus.NewDesc("xlb_interface_max_mtu_bytes",
+		"The largest MTU whose frames fit dataplane.frame_size; longer VIP frames are dropped by the kernel (rx_dropped).", nil, nil)
+	descMTUTooLarge = prometheus.NewDesc("xlb_interface_mtu_too_large_total",
+		"Changes of the interface that set its MTU above xlb_interface_max_mtu_bytes.", nil, nil)
 
 	descSvcPackets = prometheus.NewDesc("xlb_service_forwarded_packets_total",
 		"Frames forwarded to the service's backends.", serviceLabels, nil)
@@ -118,12 +119,12 @@ var (
 	allDescs = []*prometheus.Desc{
 		descQueueRX, descQueueTX, descQueuePass, descQueueDrops, descQueueEvictions, descQueueNotRecorded, descQueueTooBigSent,
 		descAFXDPDrops, descAFXDPFillEmpty, descXDPFrames,
-		descMTU, descMaxMTU, descMTUTooLarge,
 		descCTEntries, descCTCapacity, descCTInserts, descCTUpdates, descCTEvictions, descCTEvicted, descCTSpills, descCTMoves, descCTReclaimed, descCTDeletes,
 		descGeneration, descReloadOK, descReloadFail,
 		descSvcPackets, descSvcBytes, descSvcNew, descSvcDrops, descSvcSide, descSvcEligible, descSvcBackends, descSvcSwitches,
 		descBePackets, descBeBytes, descBeNew, descBeHealthy, descBeWeight, descBeEligible, descBeReady,
 		descBeRemoved, descBeDraining, descSvcWeightFallback, descBeWeightState,
+		descMTU, descMaxMTU, descMTUTooLarge,
 	}
 )
 
