@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -58,31 +57,25 @@ func cmdCapture(args []string, stdout, stderr io.Writer) error {
 	if _, _, err := admin.ParseCaptureQuery(q); err != nil {
 		return fmt.Errorf("xlb capture: %v (%w)", err, errUsage)
 	}
-	if *sock == "" {
-		*sock = admin.DefaultSocket
-		if *cfgPath != "" {
-			cfg, err := config.Load(*cfgPath)
-			if err != nil {
-				return err
-			}
-			*sock = cfg.Admin.Socket
+	var cfg *config.Config
+	if *cfgPath != "" {
+		var err error
+		if cfg, err = config.Load(*cfgPath); err != nil {
+			return err
 		}
 	}
+	sc := socketClient(*sock, cfg)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", *sock)
-		},
-	}}
+	c := sc.HTTPClient(0) // streams for as long as asked
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://xlb/capture?"+q.Encode(), nil)
 	if err != nil {
 		return err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return fmt.Errorf("xlb capture: admin socket %s: %w", *sock, err)
+		return fmt.Errorf("xlb capture: %w", sc.DialError(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

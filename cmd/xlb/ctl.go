@@ -45,11 +45,11 @@ func adminFlags(name string, args []string, more ...func(*flag.FlagSet)) (addr s
 	return dial, fs.Args(), nil
 }
 
-// socketFlags parses --socket PATH and -c FILE and returns the admin
-// socket to send a state-changing command through: --socket, else the
-// file's [admin].socket, else the default. The TCP listener refuses such
-// commands, so --admin is an error that says where they go.
-func socketFlags(name string, args []string, more ...func(*flag.FlagSet)) (sock string, rest []string, err error) {
+// socketFlags parses --socket PATH and -c FILE and returns the client of
+// the admin socket to send a state-changing command through: --socket,
+// else the file's [admin].socket, else the default. The TCP listener
+// refuses such commands, so --admin is an error that says where they go.
+func socketFlags(name string, args []string, more ...func(*flag.FlagSet)) (sc admin.SocketClient, rest []string, err error) {
 	fs := newFlags(name)
 	for _, m := range more {
 		m(fs)
@@ -58,31 +58,46 @@ func socketFlags(name string, args []string, more ...func(*flag.FlagSet)) (sock 
 	path := fs.String("c", "", "configuration file (its [admin].socket)")
 	flagAddr := fs.String("admin", "", "refused: see --socket")
 	if err := parseFlags(fs, args); err != nil {
-		return "", nil, err
+		return sc, nil, err
 	}
 	if *flagAddr != "" {
-		return "", nil, fmt.Errorf("xlb %s: --admin: state-changing commands go through the admin socket (--socket PATH or -c FILE), not the TCP listener (%w)", name, errUsage)
+		return sc, nil, fmt.Errorf("xlb %s: --admin: state-changing commands go through the admin socket (--socket PATH or -c FILE), not the TCP listener (%w)", name, errUsage)
 	}
-	sock = admin.DefaultSocket
-	switch {
-	case *flagSock != "":
-		sock = *flagSock
-	case *path != "":
-		cfg, err := config.Load(*path)
-		if err != nil {
-			return "", nil, err
+	var cfg *config.Config
+	if *path != "" {
+		if cfg, err = config.Load(*path); err != nil {
+			return sc, nil, err
 		}
-		sock = cfg.Admin.Socket
 	}
-	return sock, fs.Args(), nil
+	return socketClient(*flagSock, cfg), fs.Args(), nil
 }
+
+// socketClient is the client of the admin socket at sock, else cfg's
+// [admin].socket (cfg may be nil), else the default. It trusts root and
+// this process's user at the other end, and the user xlb runs as.
+func socketClient(sock string, cfg *config.Config) admin.SocketClient {
+	sc := admin.SocketClient{Path: sock}
+	if sc.Path == "" {
+		sc.Path = admin.DefaultSocket
+		if cfg != nil {
+			sc.Path = cfg.Admin.Socket
+		}
+	}
+	sc.Trusted = runAsTrusted(cfg)
+	return sc
+}
+
+// runAsTrusted is the uid xlb runs as by cfg, when it is not root's: a
+// socket it listens on is its own. None while xlb always stays the user
+// that started it (root, for the state-changing commands).
+func runAsTrusted(*config.Config) []uint32 { return nil }
 
 // cmdDrain is `xlb drain|undrain [--socket PATH] [-c FILE] NAME`, or with
 // --node the whole instance's routes (its VIPs withdrawn, forwarding on),
 // through the admin socket (root only).
 func cmdDrain(name string, args []string, stdout io.Writer) error {
 	var node *bool
-	sock, rest, err := socketFlags(name, args, func(fs *flag.FlagSet) {
+	sc, rest, err := socketFlags(name, args, func(fs *flag.FlagSet) {
 		node = fs.Bool("node", false, "withdraw (drain) or announce again (undrain) this instance's VIP routes")
 	})
 	if err != nil {
@@ -92,7 +107,7 @@ func cmdDrain(name string, args []string, stdout io.Writer) error {
 		if len(rest) != 0 {
 			return fmt.Errorf("xlb %s --node: takes no backend NAME (%w)", name, errUsage)
 		}
-		body, err := admin.CallSocket(http.MethodPost, sock, "/"+name+"-node")
+		body, err := sc.Call(http.MethodPost, "/"+name+"-node")
 		if err != nil {
 			return fmt.Errorf("xlb %s --node: %w", name, err)
 		}
@@ -102,7 +117,7 @@ func cmdDrain(name string, args []string, stdout io.Writer) error {
 	if len(rest) != 1 {
 		return fmt.Errorf("xlb %s: want one backend NAME (an endpoint's name or address) (%w)", name, errUsage)
 	}
-	body, err := admin.CallSocket(http.MethodPost, sock, "/"+name+"?backend="+url.QueryEscape(rest[0]))
+	body, err := sc.Call(http.MethodPost, "/"+name+"?backend="+url.QueryEscape(rest[0]))
 	if err != nil {
 		return fmt.Errorf("xlb %s %s: %w", name, rest[0], err)
 	}
@@ -189,14 +204,11 @@ func cmdReload(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w\nxlb reload: nothing sent", err)
 	}
 	if !bySignal {
-		if *sock == "" {
-			*sock = cfg.Admin.Socket
-		}
 		q := ""
 		if *allowEmpty {
 			q = "?allow_empty=1"
 		}
-		body, err := admin.CallSocket(http.MethodPost, *sock, "/reload"+q)
+		body, err := socketClient(*sock, cfg).Call(http.MethodPost, "/reload"+q)
 		if err != nil {
 			return fmt.Errorf("xlb reload: %w", err)
 		}

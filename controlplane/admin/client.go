@@ -9,6 +9,9 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -50,22 +53,109 @@ func Call(method, addr, path string) ([]byte, error) {
 }
 
 // CallSocket is Call through the Unix socket at sock: the only way to the
-// state-changing endpoints.
+// state-changing endpoints. It trusts no other user than root and this
+// process's (SocketClient's defaults).
 func CallSocket(method, sock, path string) ([]byte, error) {
-	c := &http.Client{Timeout: callTimeout, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		},
+	return SocketClient{Path: sock}.Call(method, path)
+}
+
+// ErrUntrustedPeer: the process listening on the admin socket runs as a
+// user the client does not trust (a squatter on the path); nothing was sent.
+var ErrUntrustedPeer = errors.New("admin socket served by an untrusted user")
+
+// SocketClient talks to the admin socket at Path, once it has checked who
+// listens there: a socket file in a directory others can write to may be
+// anyone's, and a request handed to a squatter (a reload, a drain) would
+// be answered with whatever it likes.
+type SocketClient struct {
+	Path string
+	// Trusted are the uids accepted at the other end besides root and the
+	// caller's own: the user xlb runs as, where it is not root.
+	Trusted []uint32
+}
+
+// trusts: root, the caller's own uid (a server of its own user can do
+// nothing it could not), and Trusted.
+func (c SocketClient) trusts(uid uint32) bool {
+	return uid == 0 || int(uid) == os.Geteuid() || slices.Contains(c.Trusted, uid)
+}
+
+// Dial connects to the socket and returns the connection only if its
+// listener's uid (SO_PEERCRED, fixed when it called listen(2)) is trusted;
+// otherwise the connection is closed before a byte is written and the
+// error wraps ErrUntrustedPeer.
+func (c SocketClient) Dial(ctx context.Context) (net.Conn, error) {
+	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", c.Path)
+	if err != nil {
+		return nil, err
+	}
+	uid, ok := peerUID(conn)
+	if ok && c.trusts(uid) {
+		return conn, nil
+	}
+	conn.Close()
+	return nil, &untrustedPeerError{path: c.Path, uid: uid, known: ok, want: c.trustedList()}
+}
+
+func (c SocketClient) trustedList() string {
+	var uids []string
+	if me := os.Geteuid(); me != 0 {
+		uids = append(uids, strconv.Itoa(me))
+	}
+	for _, u := range c.Trusted {
+		uids = append(uids, strconv.FormatUint(uint64(u), 10))
+	}
+	if len(uids) == 0 {
+		return "root"
+	}
+	return "root or uid " + strings.Join(uids, ", ")
+}
+
+// untrustedPeerError names the socket and the uid found.
+type untrustedPeerError struct {
+	path  string
+	uid   uint32
+	known bool // false: SO_PEERCRED could not be read
+	want  string
+}
+
+func (e *untrustedPeerError) Error() string {
+	if !e.known {
+		return fmt.Sprintf("admin socket %s: the listener's uid cannot be read (SO_PEERCRED): refused, nothing sent", e.path)
+	}
+	return fmt.Sprintf("admin socket %s is served by uid %d, not by %s: refused, nothing sent (another user's process on that path?)", e.path, e.uid, e.want)
+}
+
+func (e *untrustedPeerError) Unwrap() error { return ErrUntrustedPeer }
+
+// HTTPClient is an HTTP client whose every connection is Dial's; timeout
+// 0 means none (a capture streams for as long as it was asked to).
+func (c SocketClient) HTTPClient(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return c.Dial(ctx) },
 	}}
-	return call(c, method, "http://xlb"+path, func(err error) error {
-		switch {
-		case errors.Is(err, fs.ErrPermission):
-			return fmt.Errorf("admin socket %s: permission denied: state-changing commands are root's", sock)
-		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ECONNREFUSED):
-			return fmt.Errorf("admin socket %s: %w (is xlb running? the path is [admin] socket of its configuration)", sock, err)
-		}
-		return fmt.Errorf("admin socket %s: %w", sock, err)
-	})
+}
+
+// Call sends one request through the socket and returns the body of a 200
+// answer, as Call does.
+func (c SocketClient) Call(method, path string) ([]byte, error) {
+	return call(c.HTTPClient(callTimeout), method, "http://xlb"+path, c.DialError)
+}
+
+// DialError says what went wrong reaching the socket, naming it; a
+// refused listener's error as it is, the HTTP client's wrapping left out.
+func (c SocketClient) DialError(err error) error {
+	sock := c.Path
+	var untrusted *untrustedPeerError
+	switch {
+	case errors.As(err, &untrusted):
+		return untrusted
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("admin socket %s: permission denied: state-changing commands are root's", sock)
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("admin socket %s: %w (is xlb running? the path is [admin] socket of its configuration)", sock, err)
+	}
+	return fmt.Errorf("admin socket %s: %w", sock, err)
 }
 
 func call(c *http.Client, method, url string, dialErr func(error) error) ([]byte, error) {

@@ -71,6 +71,13 @@ var (
 	descReloadFail = prometheus.NewDesc("xlb_reload_failure_total",
 		"Configuration reloads (SIGHUP) rejected: invalid file, or a change that needs a restart; the running configuration stayed.", nil, nil)
 
+	descMTU = prometheus.NewDesc("xlb_interface_mtu_bytes",
+		"The interface's MTU, as last seen.", nil, nil)
+	descMaxMTU = prometheus.NewDesc("xlb_interface_max_mtu_bytes",
+		"The largest MTU whose frames fit dataplane.frame_size; longer VIP frames are dropped by the kernel (rx_dropped).", nil, nil)
+	descMTUTooLarge = prometheus.NewDesc("xlb_interface_mtu_too_large_total",
+		"Changes of the interface that set its MTU above xlb_interface_max_mtu_bytes.", nil, nil)
+
 	descSvcPackets = prometheus.NewDesc("xlb_service_forwarded_packets_total",
 		"Frames forwarded to the service's backends.", serviceLabels, nil)
 	descSvcBytes = prometheus.NewDesc("xlb_service_forwarded_bytes_total",
@@ -121,6 +128,7 @@ var (
 		descSvcPackets, descSvcBytes, descSvcNew, descSvcDrops, descSvcSide, descSvcEligible, descSvcBackends, descSvcSwitches,
 		descBePackets, descBeBytes, descBeNew, descBeHealthy, descBeWeight, descBeEligible, descBeReady,
 		descBeRemoved, descBeDraining, descSvcWeightFallback, descBeWeightState,
+		descMTU, descMaxMTU, descMTUTooLarge,
 	}
 )
 
@@ -191,6 +199,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				counter(descAFXDPDrops, k.TxInvalidDescs, l, "tx_invalid_descs")
 				counter(descAFXDPFillEmpty, k.FillRingEmpty, l)
 			}
+		}
+		if rt.MaxMTU > 0 {
+			gauge(descMTU, float64(rt.MTU))
+			gauge(descMaxMTU, float64(rt.MaxMTU))
+			counter(descMTUTooLarge, rt.MTUTooLarge)
 		}
 		if x := rt.XDPProgram; x != nil {
 			counter(descXDPFrames, x.Redirected, "redirected")

@@ -6,7 +6,9 @@
 // only root reaches them, and no browser can. Both are bounded (connections,
 // header size and time, no bodies) so that no local user can exhaust the
 // process's descriptors or memory. `xlb status` reads the TCP listener
-// (Call, WriteTables); `drain` and `undrain` use the socket (CallSocket).
+// (Call, WriteTables); `drain`, `undrain`, `reload` and `capture` use the
+// socket (SocketClient), and send nothing until its peer credentials say
+// that root or the user xlb runs as listens there.
 //
 // The listeners read one Source: whatever runs them (the appliance, a test
 // rig) reports its state as a typed Report at request time. Nothing here

@@ -3,6 +3,7 @@ package admin_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -200,15 +201,27 @@ func TestSocketFile(t *testing.T) {
 	}
 }
 
-// TestConnectionLimit: with the TCP listener's connections all held by
-// slow clients (a partial header each), one more is closed at once
-// instead of held, and the socket still answers.
-func TestConnectionLimit(t *testing.T) {
-	const limit = 8
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "a.sock")
+// blockingSources holds every /status request until release is closed,
+// so that a test can keep connections busy serving one.
+type blockingSources struct {
+	fakeSources
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *blockingSources) Status() *admin.Report {
+	s.entered <- struct{}{}
+	<-s.release
+	return s.fakeSources.Status()
+}
+
+// startLimited serves src with limit TCP connections, 2 on the socket and
+// an hour's header timeout (so that only the limit closes anything).
+func startLimited(t *testing.T, src admin.Source, limit int) (addr, sock string) {
+	t.Helper()
+	sock = filepath.Join(t.TempDir(), "a.sock")
 	s, err := admin.New(admin.Options{Listen: "127.0.0.1:0", Socket: sock, Limits: admin.Limits{TCPConns: limit, SocketConns: 2, HeaderTimeout: time.Hour}},
-		&fakeSources{}, zap.NewNop())
+		src, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,12 +229,87 @@ func TestConnectionLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close(context.Background()) })
-	addr := s.Addr().String()
-	// Each slow client is served (its slot taken) once a complete request
-	// on it is answered: a full GET first, then a partial header.
-	var held []net.Conn
+	return s.Addr().String(), sock
+}
+
+// closedUnanswered: the server closes c without a byte, whenever it does
+// (the minute only bounds a hang).
+func closedUnanswered(c net.Conn) bool {
+	c.SetReadDeadline(time.Now().Add(time.Minute))
+	n, err := c.Read(make([]byte, 64))
+	return n == 0 && err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// TestSlowClientsDoNotStarveScrapes: with three times the TCP listener's
+// connection limit held by slow clients (each a partial request header,
+// some after a whole request answered, under an hour's header timeout),
+// a scrape is still answered: it takes the slot of the client that has
+// waited longest, which is closed unanswered. The socket answers
+// meanwhile.
+func TestSlowClientsDoNotStarveScrapes(t *testing.T) {
+	const limit = 8
+	addr, sock := startLimited(t, &fakeSources{}, limit)
+	var slow []net.Conn
 	defer func() {
-		for _, c := range held {
+		for _, c := range slow {
+			c.Close()
+		}
+	}()
+	for i := range 3 * limit {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slow = append(slow, c)
+		if i%2 == 0 { // an idle keep-alive client first, then slow
+			if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("slow client %d: %v", i, err)
+			}
+			resp.Body.Close()
+		}
+		if _, err := io.WriteString(c, "GET /status HTTP/1.1\r\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := (&http.Client{Timeout: time.Minute}).Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape with every slot held by slow clients: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "xlb_") {
+		t.Errorf("scrape: %d, %d bytes", resp.StatusCode, len(body))
+	}
+	if !closedUnanswered(slow[0]) {
+		t.Error("the slow client that waited longest was not closed")
+	}
+	if code, _ := doSock(t, sock, "GET", "/healthz"); code != 200 {
+		t.Errorf("socket while the TCP listener is full: %d", code)
+	}
+}
+
+// TestConnectionLimit: with every TCP slot serving a request (each held
+// in /status), one more connection is closed at once, unanswered, instead
+// of held or served; once those requests end, a new one is served.
+func TestConnectionLimit(t *testing.T) {
+	const limit = 4
+	src := &blockingSources{entered: make(chan struct{}), release: make(chan struct{})}
+	addr, sock := startLimited(t, src, limit)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(src.release)
+		}
+	}
+	defer release()
+	var busy []net.Conn
+	defer func() {
+		for _, c := range busy {
 			c.Close()
 		}
 	}()
@@ -230,18 +318,11 @@ func TestConnectionLimit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		held = append(held, c)
-		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		busy = append(busy, c)
+		if _, err := io.WriteString(c, "GET /status HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 			t.Fatal(err)
 		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatalf("slow client %d: %v", len(held), err)
-		}
-		resp.Body.Close()
-		if _, err := io.WriteString(c, "GET /status HTTP/1.1\r\n"); err != nil {
-			t.Fatal(err)
-		}
+		<-src.entered
 	}
 	extra, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -249,16 +330,21 @@ func TestConnectionLimit(t *testing.T) {
 	}
 	defer extra.Close()
 	io.WriteString(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-	// The slow clients hold their slots for the hour of the header
-	// timeout; the refusal comes at accept: a read that ends in EOF (or a
-	// reset), whenever it comes.
-	extra.SetReadDeadline(time.Now().Add(time.Minute))
-	if n, err := extra.Read(make([]byte, 64)); err == nil || n > 0 {
-		t.Errorf("connection over the limit: read %d bytes, %v; want it closed unanswered", n, err)
+	if !closedUnanswered(extra) {
+		t.Error("connection over the limit, every slot serving: want it closed unanswered")
 	}
 	if code, _ := doSock(t, sock, "GET", "/healthz"); code != 200 {
 		t.Errorf("socket while the TCP listener is full: %d", code)
 	}
+	release()
+	for _, c := range busy {
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("held request: %v", err)
+		}
+		resp.Body.Close()
+	}
+	get(t, "http://"+addr+"/healthz", 200)
 }
 
 // TestConnLimits: the default limits when descriptors are plenty; with

@@ -165,6 +165,10 @@ func TestMetrics(t *testing.T) {
 		want["xlb_backend_removed"+l] = 0
 		want["xlb_backend_draining"+l] = 0
 	}
+	// The interface's MTU, the most frame_size holds, changes above it.
+	want["xlb_interface_mtu_bytes{}"] = 1500
+	want["xlb_interface_max_mtu_bytes{}"] = 3566
+	want["xlb_interface_mtu_too_large_total{}"] = 1
 	expect(t, got, want)
 	for k := range got {
 		if _, ok := want[k]; !ok && strings.HasPrefix(k, "xlb_") {

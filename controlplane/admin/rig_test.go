@@ -94,7 +94,7 @@ func newRig(t *testing.T) (*cptest.Rig, *rigSources) {
 	t.Helper()
 	r := cptest.New(t, rigToml)
 	return r, &rigSources{rig: r, workers: []admin.QueueStats{{Queue: 0, Stats: r.D.Stats()}},
-		runtime: &admin.Runtime{Interface: "xa0", XDPMode: "native",
+		runtime: &admin.Runtime{Interface: "xa0", XDPMode: "native", MTU: 1500, MaxMTU: 3566, MTUTooLarge: 1,
 			Queues: []admin.QueueRuntime{{Queue: 0, BindMode: "copy", TxFull: 2,
 				Kernel: &admin.KernelStats{RxRingFull: 7, RxDropped: 3, FillRingEmpty: 5, RxInvalidDescs: 0, TxInvalidDescs: 1}}},
 			XDPProgram: &admin.XDPProgramStats{Redirected: 20, PassedNoSocket: 4, PassedNotVIP: 9, PassedNDP: 1, PassedShort: 2, PassedMalformedVIP: 6,

@@ -9,6 +9,12 @@ type Runtime struct {
 	XDPMode   string         `json:"xdp_mode"`
 	ZeroCopy  string         `json:"zero_copy"`
 	Queues    []QueueRuntime `json:"queues"`
+	// MTU is the interface's, as last seen; MaxMTU the largest whose
+	// frames fit dataplane.frame_size (longer ones are lost as
+	// rx_dropped); MTUTooLarge counts the changes that set the MTU above it.
+	MTU         int    `json:"mtu"`
+	MaxMTU      int    `json:"max_mtu"`
+	MTUTooLarge uint64 `json:"mtu_too_large_changes"`
 	// HealthChecks are the targets probed, one per check and address.
 	HealthChecks []HealthCheckStatus `json:"health_checks"`
 	// XDPProgram, or XDPProgramError when its counters could not be read.

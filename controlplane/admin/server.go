@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +30,9 @@ type Options struct {
 	// Socket is the Unix socket's path: every endpoint, the state-changing
 	// ones included; "" for none (then nothing can change state).
 	Socket string
+	// SocketOwner is the uid, besides root, that may own the socket's
+	// directory: the user xlb runs as. nil: this process's effective uid.
+	SocketOwner *int
 	// Pprof serves /debug/pprof/ on the TCP listener.
 	Pprof bool
 	// Limits bound both listeners; zero fields take DefaultLimits'.
@@ -37,7 +42,9 @@ type Options struct {
 // Limits bound what clients of the listeners can make the process hold.
 type Limits struct {
 	// TCPConns and SocketConns are the connections each listener holds at
-	// most; one over the limit is closed as soon as it is accepted.
+	// most; one over the limit takes the slot of the one that has waited
+	// longest for a request, or is closed as soon as it is accepted when
+	// every slot is serving one.
 	TCPConns, SocketConns int
 	// HeaderTimeout bounds the wait for a request's header, whole.
 	HeaderTimeout time.Duration
@@ -51,9 +58,12 @@ var DefaultLimits = Limits{TCPConns: 256, SocketConns: 64, HeaderTimeout: 5 * ti
 // Limits.HeaderTimeout and fit maxHeaderBytes; no endpoint takes a body.
 const (
 	// writeTimeout leaves a /debug/pprof/profile of up to 25 s room.
-	writeTimeout   = 30 * time.Second
-	idleTimeout    = 30 * time.Second
-	maxHeaderBytes = 8 << 10
+	writeTimeout = 30 * time.Second
+	// answerWriteTimeout bounds every other answer of the TCP listener
+	// (boundWrite); the socket's capture streams set their own.
+	answerWriteTimeout = 10 * time.Second
+	idleTimeout        = 30 * time.Second
+	maxHeaderBytes     = 8 << 10
 )
 
 // ConnLimits sizes the listeners' limits for a process that may open
@@ -152,7 +162,7 @@ func New(opts Options, src Source, log *zap.Logger, extra ...prometheus.Collecto
 	for _, op := range operations(src) {
 		tcp.HandleFunc(op.path, refuseOnTCP(op.path, opts.Socket))
 	}
-	s := &Server{opts: opts, log: log, tcp: newHTTPServer(tcp, opts.Limits.HeaderTimeout, log)}
+	s := &Server{opts: opts, log: log, tcp: newHTTPServer(boundWrite(tcp), opts.Limits.HeaderTimeout, log)}
 	if opts.Socket != "" {
 		unix := http.NewServeMux()
 		readOnly(unix, src, metrics, log)
@@ -178,6 +188,19 @@ func newHTTPServer(h http.Handler, headerTimeout time.Duration, log *zap.Logger)
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
 	}
+}
+
+// boundWrite gives an answer other than a profile answerWriteTimeout to
+// be written: a client that does not read it holds its connection, and
+// the slot, no longer. /debug/pprof/ keeps writeTimeout (a profile takes
+// up to 25 s).
+func boundWrite(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !strings.HasPrefix(req.URL.Path, "/debug/pprof/") {
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(answerWriteTimeout))
+		}
+		h.ServeHTTP(w, req)
+	})
 }
 
 // readOnly adds the endpoints that change nothing to mux.
@@ -245,18 +268,26 @@ func (s *Server) Start() error {
 	}
 	var sock *socketListener
 	if s.unix != nil {
-		if sock, err = listenSocket(s.opts.Socket); err != nil {
+		owner := os.Geteuid()
+		if s.opts.SocketOwner != nil {
+			owner = *s.opts.SocketOwner
+		}
+		if sock, err = listenSocket(s.opts.Socket, owner); err != nil {
 			ln.Close()
 			return fmt.Errorf("admin: %w", err)
 		}
 	}
-	s.ln = limitListener(ln, s.opts.Limits.TCPConns, s.log.With(zap.String("listener", "tcp")))
+	tcpLn := limitListener(ln, s.opts.Limits.TCPConns, s.log.With(zap.String("listener", "tcp")))
+	s.tcp.ConnState = tcpLn.connState
+	s.ln = tcpLn
 	s.serve(s.tcp, s.ln)
 	s.log.Info("admin listener started", zap.Stringer("address", ln.Addr()), zap.Int("max_connections", s.opts.Limits.TCPConns),
 		zap.Bool("pprof", s.opts.Pprof))
 	if sock != nil {
 		s.sock = sock
-		s.serve(s.unix, limitListener(sock, s.opts.Limits.SocketConns, s.log.With(zap.String("listener", "socket"))))
+		sockLn := limitListener(sock, s.opts.Limits.SocketConns, s.log.With(zap.String("listener", "socket")))
+		s.unix.ConnState = sockLn.connState
+		s.serve(s.unix, sockLn)
 		s.log.Info("admin socket started", zap.String("path", s.opts.Socket), zap.Int("max_connections", s.opts.Limits.SocketConns))
 	}
 	return nil

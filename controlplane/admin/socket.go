@@ -26,10 +26,18 @@ type socketListener struct {
 // made 0700. A socket file already at path is replaced when nothing
 // answers on it (left by a process that died); one that answers is
 // another xlb's, and an error.
-func listenSocket(path string) (_ *socketListener, err error) {
+//
+// The directory must be owner's (or root's) and not writable by group or
+// others (checkPrivateDir): whoever can write it can put a socket of their
+// own at path, between two starts of xlb, and have the operator's
+// commands sent to it.
+func listenSocket(path string, owner int) (_ *socketListener, err error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("admin socket directory: %w", err)
+	}
+	if err := checkPrivateDir(dir, owner); err != nil {
+		return nil, fmt.Errorf("refusing the admin socket's directory ([admin] socket %s): %w", path, err)
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != fs.ModeSocket {
@@ -78,6 +86,32 @@ func listenSocket(path string) (_ *socketListener, err error) {
 		return nil, fmt.Errorf("admin socket %s: %w", path, err)
 	}
 	return &socketListener{UnixListener: ln, path: path, file: fi}, nil
+}
+
+// checkPrivateDir reports why dir is open to users other than root and
+// uid: it is a symbolic link or not a directory, another user owns it, or
+// its group or others may write it. (internal/safedir.Check, which
+// state_dir uses, checks the same and the directories above.)
+func checkPrivateDir(dir string, uid int) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return fmt.Errorf("%s is a symbolic link", dir)
+	case !fi.IsDir():
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok {
+		return fmt.Errorf("%s: no owner", dir)
+	} else if st.Uid != 0 && int(st.Uid) != uid {
+		return fmt.Errorf("%s is owned by uid %d, not root or uid %d (whom xlb runs as)", dir, st.Uid, uid)
+	}
+	if fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%s is writable by group or others (mode %s): chmod go-w it", dir, fi.Mode())
+	}
+	return nil
 }
 
 // remove deletes the socket file unless another process has put its own

@@ -98,6 +98,7 @@ func (s *stack) runtime() *admin.Runtime {
 		XDPMode: string(s.mode), ZeroCopy: s.cfg.Dataplane.ZeroCopy.String(),
 		Queues:       make([]admin.QueueRuntime, len(s.queues)),
 		HealthChecks: healthStatus(s.hc.Status(), *s.feeds.Load()),
+		MTU:          int(s.mtu.mtu.Load()), MaxMTU: s.mtu.limit, MTUTooLarge: s.mtu.tooLarge.Load(),
 	}
 	for i, q := range s.queues {
 		rt.Queues[i] = q.status()

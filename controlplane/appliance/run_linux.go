@@ -48,6 +48,7 @@ type stack struct {
 	id   Identity    // who the process runs as once started
 
 	link   netlink.Link
+	mtu    *mtuWatch
 	queues []*queue
 	ct     *conntrack.Table
 	engine *dataplane.Engine
@@ -157,7 +158,8 @@ func (s *stack) withdraw(stopAnnouncer func()) {
 }
 
 // host checks what the host gives: privileges, the interface, its rx
-// queues and the CPUs to pin workers to.
+// queues, the CPUs to pin workers to, and an MTU that frame_size holds
+// (then followed).
 func (s *stack) host() error {
 	d := &s.cfg.Dataplane
 	ifname := d.Interface
@@ -196,7 +198,7 @@ func (s *stack) host() error {
 	for i, q := range nums {
 		s.queues = append(s.queues, &queue{num: q, cpu: cpus[i]})
 	}
-	return nil
+	return s.watchMTU()
 }
 
 // neighbours starts the resolver of backend MACs (from the kernel's
