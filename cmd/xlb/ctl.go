@@ -87,10 +87,19 @@ func socketClient(sock string, cfg *config.Config) admin.SocketClient {
 	return sc
 }
 
-// runAsTrusted is the uid xlb runs as by cfg, when it is not root's: a
-// socket it listens on is its own. None while xlb always stays the user
-// that started it (root, for the state-changing commands).
-func runAsTrusted(*config.Config) []uint32 { return nil }
+// runAsTrusted is the uid xlb runs as by cfg (dataplane.user), when it is
+// not root's: a socket it listens on is its own. None without the key:
+// xlb then stays the user that started it.
+func runAsTrusted(cfg *config.Config) []uint32 {
+	if cfg == nil || cfg.Dataplane.User == "" {
+		return nil
+	}
+	uid, err := appliance.RunAsUID(cfg)
+	if err != nil || uid == 0 {
+		return nil
+	}
+	return []uint32{uint32(uid)}
+}
 
 // cmdDrain is `xlb drain|undrain [--socket PATH] [-c FILE] NAME`, or with
 // --node the whole instance's routes (its VIPs withdrawn, forwarding on),

@@ -88,32 +88,6 @@ func listenSocket(path string, owner int) (_ *socketListener, err error) {
 	return &socketListener{UnixListener: ln, path: path, file: fi}, nil
 }
 
-// checkPrivateDir reports why dir is open to users other than root and
-// uid: it is a symbolic link or not a directory, another user owns it, or
-// its group or others may write it. (internal/safedir.Check, which
-// state_dir uses, checks the same and the directories above.)
-func checkPrivateDir(dir string, uid int) error {
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return err
-	}
-	switch {
-	case fi.Mode()&fs.ModeSymlink != 0:
-		return fmt.Errorf("%s is a symbolic link", dir)
-	case !fi.IsDir():
-		return fmt.Errorf("%s is not a directory", dir)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); !ok {
-		return fmt.Errorf("%s: no owner", dir)
-	} else if st.Uid != 0 && int(st.Uid) != uid {
-		return fmt.Errorf("%s is owned by uid %d, not root or uid %d (whom xlb runs as)", dir, st.Uid, uid)
-	}
-	if fi.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("%s is writable by group or others (mode %s): chmod go-w it", dir, fi.Mode())
-	}
-	return nil
-}
-
 // remove deletes the socket file unless another process has put its own
 // in its place since.
 func (l *socketListener) remove() {

@@ -418,7 +418,7 @@ func (s *stack) serveAdmin() error {
 	limits := admin.ConnLimits(nofile)
 	s.log.Info("descriptor limit", zap.Uint64("nofile", nofile), zap.Int("admin_tcp_connections", limits.TCPConns),
 		zap.Int("admin_socket_connections", limits.SocketConns), zap.Int("health_check_probes", healthcheck.DefaultMaxConcurrent))
-	srv, err := admin.New(admin.Options{Listen: listen, Socket: s.cfg.Admin.Socket, Pprof: s.cfg.Admin.Pprof, Limits: limits},
+	srv, err := admin.New(admin.Options{Listen: listen, Socket: s.cfg.Admin.Socket, SocketOwner: &s.id.UID, Pprof: s.cfg.Admin.Pprof, Limits: limits},
 		s.a, s.log.Named("admin"), collectors...)
 	if err != nil {
 		return err
