@@ -261,6 +261,9 @@ func openNew(path string, n, size int, boot [16]byte, info OpenInfo) (*Table, Op
 		return nil, info, err
 	}
 	t, err := mapFile(f, n, size, hdr)
+	if t != nil {
+		t.mem.File = path // made as tmp, renamed since
+	}
 	return t, info, err
 }
 

@@ -45,6 +45,9 @@ func TestOpen_RoundTrip(t *testing.T) {
 	if b.Len() != 1000 {
 		t.Fatalf("Len() = %d after Open, want the 1000 entries found", b.Len())
 	}
+	if a.Memory().File != path || b.Memory().File != path {
+		t.Errorf("Memory().File %q (new file) and %q (kept), want %q", a.Memory().File, b.Memory().File, path)
+	}
 	if b.FileID() != id || id == 0 {
 		t.Fatalf("FileID %x, want %x (non-zero)", b.FileID(), id)
 	}

@@ -52,6 +52,7 @@ func migrate(path string, old *os.File, oh fileHeader, n, size int, boot [16]byt
 	}
 	// The old file is unlinked by the rename; its lock goes with it.
 	old.Close()
+	t.mem.File = path
 	info.Migrated, info.FromLayout, info.FromCapacity = true, oh.layout, int(oh.buckets*uint64(oh.perBucket))
 	info.Torn = torn
 	if err := Guard(t, func() {

@@ -35,6 +35,7 @@ type keeper struct {
 
 	mu      sync.Mutex // one write at a time
 	lastGen uint64     // the snapshot generation the ticker last saved (its own)
+	dead    bool       // under mu: the table faulted, nothing is saved (abandon)
 }
 
 // openTable returns the conntrack table: kept in state_dir when one is
@@ -116,6 +117,9 @@ func (k *keeper) load() (*controlplane.State, error) {
 func (k *keeper) save(st controlplane.State) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.dead {
+		return
+	}
 	st.Table = k.tableID
 	if err := k.write(st); err != nil {
 		k.log.Warn("saving the control plane's state", zap.Error(err))
