@@ -167,7 +167,6 @@ const batchMax = 64
 type Decider struct {
 	e     *Engine
 	stats *Stats
-	ct    *conntrack.Table // the engine's table, loaded once per batch
 
 	// Per-frame state of the batch being decided.
 	ps    [batchMax]packet.Parsed
@@ -179,6 +178,8 @@ type Decider struct {
 	icmp  tokenBucket // ICMP errors sent (icmpRate)
 	lim   FloodLimits
 	rec   tokenBucket // new entries recorded (FloodLimits.NewPerSec)
+
+	ct *conntrack.Table // the engine's table, loaded once per batch
 }
 
 // NewDecider returns a decider of e.
