@@ -47,6 +47,33 @@ func (t *Table) FaultAt(r any) (uintptr, bool) {
 	return addr - base, true
 }
 
+// ErrAbandoned is the panic value (as an error) of a goroutine that waited
+// in a table given up after a fault (Abandon).
+var ErrAbandoned = errors.New("conntrack: waited in a table abandoned after a fault")
+
+// abandonedPanic is what a waiter in an abandoned table panics with.
+type abandonedPanic struct{ t *Table }
+
+func (p abandonedPanic) Error() string { return ErrAbandoned.Error() }
+func (p abandonedPanic) Unwrap() error { return ErrAbandoned }
+
+// Abandon gives t up after a fault in its mapping: a writer that faulted
+// may have left a bucket locked or a slot mid-write (odd sequence), and a
+// goroutine waiting there would wait forever. From now on such a waiter,
+// once past its short spin, panics instead (WaitedIn tells it); nothing
+// else changes, and t stays usable for what does not wait.
+func (t *Table) Abandon() { t.abandoned.Store(true) }
+
+// Abandoned reports whether Abandon was called.
+func (t *Table) Abandoned() bool { return t.abandoned.Load() }
+
+// WaitedIn reports whether r, recovered from a panic, is a waiter's in t
+// after Abandon.
+func (t *Table) WaitedIn(r any) bool {
+	p, ok := r.(abandonedPanic)
+	return ok && p.t == t
+}
+
 // Guard runs fn, which uses t, on the calling goroutine with faults made
 // panics, and turns a fault in t's file mapping into an error wrapping
 // ErrFault; any other panic goes on. Control plane use (a walk of a kept

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -174,3 +175,59 @@ type fakeFault uintptr
 func (f fakeFault) Error() string { return "fake fault" }
 func (f fakeFault) RuntimeError() {}
 func (f fakeFault) Addr() uintptr { return uintptr(f) }
+
+// TestAbandon_WaitersPanic: in a table given up after a fault, a writer
+// waiting for a bucket lock and a reader waiting for a slot that a
+// faulted writer left held (lock bit set, odd sequence: it will never
+// finish) panic out with ErrAbandoned, which WaitedIn recognises as this
+// table's, instead of waiting forever.
+func TestAbandon_WaitersPanic(t *testing.T) {
+	tb := mustNew(t, 1024)
+	other := mustNew(t, 1024)
+	// The reader's key, its slot left mid-write.
+	kr := key5(1)
+	tb.Upsert(&kr, val(1), 1)
+	hr := tb.Hint(&kr)
+	var w keyWords
+	w.from(&kr)
+	br := &tb.buckets[hr.bi]
+	i := br.find(int(hr.home), 0, &w)
+	if i < 0 {
+		t.Fatal("the reader's key is not in its first bucket")
+	}
+	br.slots[i].hdr.Add(1 << 32) // odd sequence: a writer inside
+	// The writer's key, in a bucket locked by a writer that died.
+	var kw Key
+	for j := 2; ; j++ {
+		kw = key5(j)
+		if tb.Hint(&kw).bi != hr.bi {
+			break
+		}
+	}
+	tb.buckets[tb.Hint(&kw).bi].lock(tb)
+
+	got := make(chan any, 2)
+	go func() { got <- recovered(func() { tb.Lookup(&kr, 2) }) }()
+	go func() { got <- recovered(func() { tb.Upsert(&kw, val(2), 2) }) }()
+	tb.Abandon()
+	if !tb.Abandoned() {
+		t.Fatal("Abandoned() = false after Abandon")
+	}
+	for range 2 {
+		select {
+		case r := <-got:
+			err, _ := r.(error)
+			if !tb.WaitedIn(r) || !errors.Is(err, ErrAbandoned) {
+				t.Errorf("a waiter ended with %v, want ErrAbandoned of this table", r)
+			}
+			if other.WaitedIn(r) {
+				t.Error("WaitedIn = true for another table")
+			}
+			if _, ok := tb.FaultAt(r); ok {
+				t.Error("FaultAt = true for a waiter's panic")
+			}
+		case <-time.After(time.Minute): // against a hang only
+			t.Fatal("a waiter still waits a minute after Abandon")
+		}
+	}
+}

@@ -294,7 +294,7 @@ func TestOpen_RepairLeavesBucketsUnlocked(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ct")
 	a, _ := openT(t, path, 1024)
 	b := &a.buckets[0]
-	b.lock()
+	b.lock(a)
 	b.setReach(0, slotMask) // no key of home 0 that far: repair lowers it
 	a.unmap()
 

@@ -70,6 +70,9 @@ func (e *Engine) replaceFaulted(old *conntrack.Table, off uintptr) error {
 	lockErr := nt.Lock()
 	f.dead = append(f.dead, old)
 	e.ct.Store(nt)
+	// Deciders still inside old may wait for a lock or a slot the
+	// faulted one left held: they panic out, and Contain resumes them.
+	old.Abandon()
 	if f.on != nil {
 		f.on(TableFault{Old: old, New: nt, Offset: off, LockErr: lockErr})
 	}
@@ -88,15 +91,17 @@ func (dc *Decider) Decided() uint64 { return dc.stats.decided }
 // every frame of the batch is decided, rewritten and counted once, as if
 // no fault had happened. (A frame is counted only after its table access,
 // decision and rewrite, and the one the fault interrupted had only
-// touched the table: it is decided again.) Anything else is false, and
-// the caller panics again.
+// touched the table: it is decided again.) So is a decider that waited in
+// the replaced table, for a lock or a slot the faulted one left held
+// (conntrack.Table.Abandon). Anything else is false, and the caller
+// panics again.
 func (dc *Decider) Contain(r any, frames []Frame, since uint64, now int64) bool {
 	t := dc.ct
-	off, ok := t.FaultAt(r)
-	if !ok {
-		return false
-	}
-	if err := dc.e.replaceFaulted(t, off); err != nil {
+	if off, ok := t.FaultAt(r); ok {
+		if err := dc.e.replaceFaulted(t, off); err != nil {
+			return false
+		}
+	} else if !t.WaitedIn(r) {
 		return false
 	}
 	done := int(dc.stats.decided - since)

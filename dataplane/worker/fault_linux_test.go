@@ -94,6 +94,42 @@ func (fe *fileEngine) replaced(t *testing.T) *conntrack.Table {
 	return f.New
 }
 
+// cand is a client's frame to the test VIP, its track key and the key's
+// hint in a table.
+type cand struct {
+	frame []byte
+	key   conntrack.Key
+	h     conntrack.Hint
+}
+
+// clients calls more with UDP frames of client after client (up to
+// 65536) to testConfig's VIP, with their track keys (from a decider of
+// another engine with the same configuration: same service IDs, same
+// keys) hashed for ct, until more returns false.
+func clients(t *testing.T, ct *conntrack.Table, more func(c cand) bool) {
+	t.Helper()
+	keysOf := testEngine(t).NewDecider()
+	for i := range 1 << 16 {
+		f, err := craft.Build(&craft.Packet{
+			Src: netip.AddrFrom4([4]byte{100, 64, byte(i >> 8), byte(i)}), Dst: testVIP,
+			Proto: packet.ProtoUDP, SrcPort: 40000, DstPort: 53,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, dataplane.Headroom+len(f)+64)
+		copy(buf[dataplane.Headroom:], f)
+		fr := dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(f)}
+		d := keysOf.Decide(&fr, 0)
+		if !d.Trackable {
+			t.Fatal("the test's UDP frames are not tracked")
+		}
+		if !more(cand{frame: f, key: d.TrackKey, h: ct.Hint(&d.TrackKey)}) {
+			return
+		}
+	}
+}
+
 // TestRun_TableFileTruncated: the file of the engine's conntrack table
 // truncated to nothing while a worker forwards (without containment, a
 // SIGBUS that kills the process): the worker goes on, every frame is
@@ -145,43 +181,21 @@ func TestRun_TableFaultMidBatch(t *testing.T) {
 	const bucket = 512
 	inFirstHalf := func(off uintptr) bool { return off+bucket <= half }
 
-	// Track keys of candidate clients, from a decider of another engine
-	// with the same configuration (same service IDs, same keys).
-	keysOf := testEngine(t).NewDecider()
-	type cand struct {
-		frame []byte
-		key   conntrack.Key
-		h     conntrack.Hint
-	}
 	var all []cand
 	var x *cand
 	byFirst := map[uintptr][]cand{}
-	for i := 0; i < 1<<16 && x == nil; i++ {
-		f, err := craft.Build(&craft.Packet{
-			Src: netip.AddrFrom4([4]byte{100, 64, byte(i >> 8), byte(i)}), Dst: testVIP,
-			Proto: packet.ProtoUDP, SrcPort: 40000, DstPort: 53,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, dataplane.Headroom+len(f)+64)
-		copy(buf[dataplane.Headroom:], f)
-		fr := dataplane.Frame{Buf: buf, Off: dataplane.Headroom, Len: len(f)}
-		d := keysOf.Decide(&fr, 0)
-		if !d.Trackable {
-			t.Fatal("the test's UDP frames are not tracked")
-		}
-		c := cand{frame: f, key: d.TrackKey, h: fe.ct.Hint(&d.TrackKey)}
+	clients(t, fe.ct, func(c cand) bool {
 		first, second := c.h.Offsets()
 		if inFirstHalf(first) && !inFirstHalf(second) && len(byFirst[first]) >= 8 {
 			x = &c
-			break
+			return false
 		}
 		byFirst[first] = append(byFirst[first], c)
 		all = append(all, c)
-	}
+		return true
+	})
 	if x == nil {
-		t.Fatal("no client fits the test's plan among 65536")
+		t.Fatalf("no client fits the test's plan among %d", len(all))
 	}
 	xFirst, _ := x.h.Offsets()
 	// a before x, b after it: keys whose buckets both stay in the file
@@ -271,5 +285,87 @@ func TestContain_OnlyTableFaults(t *testing.T) {
 	}
 	if fe.eng.Conntrack() != fe.ct || len(fe.told()) != 0 || fe.eng.ConntrackFaults() != 0 {
 		t.Errorf("the table was replaced (%d told, %d faults)", len(fe.told()), fe.eng.ConntrackFaults())
+	}
+}
+
+// TestRun_WaiterInFaultedTable: a worker waiting in the file table for a
+// bucket lock that a writer left held (as one that faulted holding it
+// does) is released when another worker's fault replaces the table: it
+// panics out of the wait (conntrack.ErrAbandoned), decides its frame
+// again on the new table and goes on, instead of spinning forever. Only
+// the real fault is counted.
+func TestRun_WaiterInFaultedTable(t *testing.T) {
+	fe := newFileEngine(t)
+	half := uintptr(fe.ct.Capacity()) * 64 / 2
+	var waiter, faulter *cand
+	clients(t, fe.ct, func(c cand) bool {
+		first, second := c.h.Offsets()
+		switch {
+		case waiter == nil && first+512 <= half && second+512 <= half:
+			waiter = &c
+		case faulter == nil && first+512 > half:
+			faulter = &c
+		}
+		return waiter == nil || faulter == nil
+	})
+	if waiter == nil || faulter == nil {
+		t.Fatal("no clients fit the test's plan")
+	}
+	// A writer that died holding the waiter's first bucket, as a faulted
+	// one does: the lock bit of the bucket's slot 0 header, set through
+	// the file (the table is its shared mapping).
+	first, _ := fe.ct.Hint(&waiter.key).Offsets()
+	f, err := os.OpenFile(fe.path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hdr [8]byte
+	if _, err := f.ReadAt(hdr[:], 2<<20+int64(first)); err != nil {
+		t.Fatal(err)
+	}
+	hdr[0] |= 1
+	if _, err := f.WriteAt(hdr[:], 2<<20+int64(first)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	fe.truncate(t, 2<<20+int64(half))
+
+	wp := newFakePort([][]byte{waiter.frame}, DefaultBatch, 1)
+	ww, err := New(fe.eng, wp, newFakePoller(), Config{CPU: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopW := start(t, ww, 5*time.Second)
+	// The waiter spins in its lock (rounds stop while it is inside its
+	// first batch); then the fault.
+	eventually(t, 10*time.Second, "the waiter inside its batch", func() bool { return wp.left.Load() == 0 })
+	fp := newFakePort([][]byte{faulter.frame}, DefaultBatch, 1)
+	fw, err := New(fe.eng, fp, newFakePoller(), Config{CPU: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopF := start(t, fw, 5*time.Second)
+	eventually(t, time.Minute, "both frames decided", func() bool {
+		return wp.forwarded.Load()+wp.dropped.Load()+wp.passed.Load() == 1 && fp.forwarded.Load()+fp.dropped.Load()+fp.passed.Load() == 1
+	})
+	if err := stopW(); err != nil {
+		t.Fatalf("waiter's Run: %v", err)
+	}
+	if err := stopF(); err != nil {
+		t.Fatalf("faulter's Run: %v", err)
+	}
+	if wp.forwarded.Load() != 1 || fp.forwarded.Load() != 1 || ww.Stats().Forward.Load() != 1 || fw.Stats().Forward.Load() != 1 {
+		t.Errorf("forwarded: waiter %d (counted %d), faulter %d (counted %d); want 1 each",
+			wp.forwarded.Load(), ww.Stats().Forward.Load(), fp.forwarded.Load(), fw.Stats().Forward.Load())
+	}
+	nt := fe.replaced(t)
+	if n := fe.eng.ConntrackFaults(); n != 1 {
+		t.Errorf("ConntrackFaults() = %d, want the one fault (a waiter is no fault)", n)
+	}
+	if !fe.ct.Abandoned() {
+		t.Error("the replaced table is not abandoned")
+	}
+	if _, ok := nt.Lookup(&waiter.key, NowMs()); !ok {
+		t.Error("the waiter's flow is not in the new table")
 	}
 }
