@@ -3,13 +3,19 @@
 package worker
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"xlb/config"
 	"xlb/conntrack"
@@ -367,5 +373,72 @@ func TestRun_WaiterInFaultedTable(t *testing.T) {
 	}
 	if _, ok := nt.Lookup(&waiter.key, NowMs()); !ok {
 		t.Error("the waiter's flow is not in the new table")
+	}
+}
+
+// faultyPort hands out one frame whose buffer is a shared mapping of a
+// file truncated to nothing: reading it faults outside any table.
+type faultyPort struct {
+	buf  []byte
+	sent bool
+}
+
+func (p *faultyPort) Receive(frames []dataplane.Frame) int {
+	if p.sent {
+		return 0
+	}
+	p.sent = true
+	frames[0] = dataplane.Frame{Buf: p.buf, Off: dataplane.Headroom, Len: 64}
+	return 1
+}
+
+func (p *faultyPort) Complete([]dataplane.Frame) {}
+
+// TestRun_OtherFaultStillCrashes: a fault inside a batch's decision but
+// outside the table's mapping (here: the frame's own memory, a
+// truncated file) is not contained: the process dies of it, as before.
+// The worker runs in a child process (this test binary again).
+func TestRun_OtherFaultStillCrashes(t *testing.T) {
+	if os.Getenv("XLB_TEST_OTHER_FAULT") == "1" {
+		f, err := os.Create(filepath.Join(os.Getenv("XLB_TEST_DIR"), "frames"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(1 << 16); err != nil {
+			t.Fatal(err)
+		}
+		mem, err := unix.Mmap(int(f.Fd()), 0, 1<<16, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(0); err != nil {
+			t.Fatal(err)
+		}
+		fe := newFileEngine(t)
+		w, err := New(fe.eng, &faultyPort{buf: mem}, newFakePoller(), Config{CPU: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		// Were the fault taken for the table's, the frame's memory
+		// comes back before the batch is decided again, and Run ends.
+		fe.eng.OnTableFault(func(dataplane.TableFault) {
+			_ = f.Truncate(1 << 16)
+			cancel()
+		})
+		err = w.Run(ctx)
+		fmt.Printf("Run returned %v\n", err)
+		os.Exit(0)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRun_OtherFaultStillCrashes$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "XLB_TEST_OTHER_FAULT=1", "XLB_TEST_DIR="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || !strings.Contains(string(out), "SIGBUS") {
+		t.Fatalf("the child ended with %v, want it killed by the fault (SIGBUS); its output:\n%s", err, out)
+	}
+	if strings.Contains(string(out), "Run returned") {
+		t.Fatalf("a fault outside the table was contained:\n%s", out)
 	}
 }
