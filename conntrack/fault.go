@@ -31,9 +31,9 @@ type addrError interface {
 
 // FaultAt reports whether r, a value recovered from a panic, is a memory
 // fault at an address inside t's file mapping, and returns how far into
-// the buckets it was.
-// Anything else (another panic, a fault elsewhere, a table in anonymous
-// memory, which cannot fault) is false: the caller panics again.
+// the buckets it was. Anything else (another panic, a fault elsewhere, a
+// table in anonymous memory, which cannot fault) is false: the caller
+// panics again.
 func (t *Table) FaultAt(r any) (uintptr, bool) {
 	e, ok := r.(addrError)
 	if !ok || t == nil || !t.mem.Mapped || t.mem.File == "" || len(t.mapping) == 0 {

@@ -73,7 +73,7 @@ func (e *Engine) Store(s *Snapshot) { e.snap.Store(s) }
 func (e *Engine) Load() *Snapshot { return e.snap.Load() }
 
 // Conntrack returns the shared tracking table (a new one once a fault in
-// a file table was contained: ReplaceConntrack).
+// a file table was contained: Decider.Contain).
 func (e *Engine) Conntrack() *conntrack.Table { return e.ct.Load() }
 
 // Frame is one frame in a batch: Buf[Off:Off+Len] is the packet, Buf[:Off]

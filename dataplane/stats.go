@@ -27,7 +27,7 @@ type Stats struct {
 
 	b batchCounts // the decider's own; never read by other goroutines
 	// decided counts the frames count has seen, ever: how far a batch a
-	// fault interrupted got (Decider.Resume). The decider's own too.
+	// fault interrupted got (Decider.Contain). The decider's own too.
 	decided uint64
 }
 

@@ -16,8 +16,9 @@ import (
 // capacity, and the batch goes on with it. The flows tracked so far are
 // lost (their entries are in pages that are gone); new ones are tracked
 // again at once. The faulted table stays referenced, mapped, for the
-// process's life: a decider may still be inside it, and its bucket locks
-// and stale words no longer matter to anyone.
+// process's life, since a decider may still be inside it; it is
+// abandoned, so that one waiting there for a bucket lock or a slot the
+// faulted decider left held panics out and resumes too.
 
 // tableFaults is what an engine keeps of the faults contained in its
 // tables.
