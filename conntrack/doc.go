@@ -46,6 +46,15 @@
 // new one made. Last-use times must be on a clock shared by processes
 // (CLOCK_MONOTONIC).
 //
+// The mapping is the file: one truncated under the process makes every
+// access past its new end a memory fault (SIGBUS), which kills a Go
+// program. A goroutine that runs with debug.SetPanicOnFault(true) gets a
+// panic instead, and FaultAt tells one inside the table's own mapping
+// from any other (which must still crash); Guard runs a call so and
+// returns ErrFault. Open's own walks of the file run under Guard; the
+// workers contain faults in their loop (dataplane.Decider.Contain), where
+// the engine replaces the table by an empty one in anonymous memory.
+//
 // The build tag xlb_ct_layout_alt selects a test-only geometry that never
 // ships: four slots per bucket, file layout 0x7e570002 (layout.go). Each
 // build reads both layouts, so tests can replace a binary by one of

@@ -233,9 +233,16 @@ func Open(path string, capacity int, now int64) (*Table, OpenInfo, error) {
 		return nil, info, err
 	}
 	info.Kept = true
-	info.Misplaced = t.dropMisplaced()
-	info.Torn = t.repair()
-	t.Range(now, func(Key, Entry) bool { info.Entries++; return true })
+	// The file may shrink under this walk as under the workers: a fault
+	// is an error here, and the caller starts without the file.
+	if err := Guard(t, func() {
+		info.Misplaced = t.dropMisplaced()
+		info.Torn = t.repair()
+		t.Range(now, func(Key, Entry) bool { info.Entries++; return true })
+	}); err != nil {
+		t.unmap()
+		return nil, info, err
+	}
 	return t, info, nil
 }
 
@@ -272,6 +279,9 @@ func openNew(path string, n, size int, boot [16]byte, info OpenInfo) (*Table, Op
 		return nil, info, err
 	}
 	t, err := mapFile(f, n, size, hdr)
+	if t != nil {
+		t.mem.File = path // made as tmp, renamed since
+	}
 	return t, info, err
 }
 
@@ -338,9 +348,6 @@ func mapFile(f *os.File, n, size int, hdr fileHeader) (*Table, error) {
 	}
 	t.mem.Bytes = size
 	t.mem.HugeAdvice = unix.Madvise(mem, unix.MADV_HUGEPAGE) == nil
-	start := time.Now()
-	t.mem.Populate = populate(mem)
-	t.mem.PopulateTime = time.Since(start)
 	t.mem.Mapped, t.mem.File = true, f.Name()
 	t.mapping = mem
 	c := runtime.AddCleanup(t, func(m []byte) { _ = unix.Munmap(m); f.Close() }, mem)
@@ -349,6 +356,14 @@ func mapFile(f *os.File, n, size int, hdr fileHeader) (*Table, error) {
 		_ = unix.Munmap(mem)
 		f.Close()
 	}
+	start := time.Now()
+	// populate writes every page when madvise cannot: a file shrunk
+	// since the fallocate above faults there.
+	if err := Guard(t, func() { t.mem.Populate = populate(mem) }); err != nil {
+		t.unmap()
+		return nil, err
+	}
+	t.mem.PopulateTime = time.Since(start)
 	t.buckets = unsafe.Slice((*bucket)(unsafe.Pointer(&mem[0])), n)
 	return t, nil
 }

@@ -45,6 +45,9 @@ func TestOpen_RoundTrip(t *testing.T) {
 	if b.Len() != 1000 {
 		t.Fatalf("Len() = %d after Open, want the 1000 entries found", b.Len())
 	}
+	if a.Memory().File != path || b.Memory().File != path {
+		t.Errorf("Memory().File %q (new file) and %q (kept), want %q", a.Memory().File, b.Memory().File, path)
+	}
 	if b.FileID() != id || id == 0 {
 		t.Fatalf("FileID %x, want %x (non-zero)", b.FileID(), id)
 	}
@@ -291,7 +294,7 @@ func TestOpen_RepairLeavesBucketsUnlocked(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ct")
 	a, _ := openT(t, path, 1024)
 	b := &a.buckets[0]
-	b.lock()
+	b.lock(a)
 	b.setReach(0, slotMask) // no key of home 0 that far: repair lowers it
 	a.unmap()
 

@@ -30,13 +30,18 @@ func migrate(path string, old *os.File, oh fileHeader, n, size int, boot [16]byt
 		return refuse(path, old, n, size, boot, info, fmt.Errorf("%w: cannot migrate its %s: %w", ErrForeignFile, from, err))
 	}
 	live := 0
-	torn, err := readSlots(old, oh, func(k *Key, val uint64, last int64) {
-		if expired(val, last, now) {
-			return
-		}
-		live++
-		t.Upsert(k, unpack(val), last)
-	})
+	var torn int
+	if gerr := Guard(t, func() {
+		torn, err = readSlots(old, oh, func(k *Key, val uint64, last int64) {
+			if expired(val, last, now) {
+				return
+			}
+			live++
+			t.Upsert(k, unpack(val), last)
+		})
+	}); gerr != nil {
+		err = gerr
+	}
 	if err == nil {
 		err = os.Rename(tmp, path)
 	}
@@ -47,10 +52,16 @@ func migrate(path string, old *os.File, oh fileHeader, n, size int, boot [16]byt
 	}
 	// The old file is unlinked by the rename; its lock goes with it.
 	old.Close()
-	t.recount()
+	t.mem.File = path
 	info.Migrated, info.FromLayout, info.FromCapacity = true, oh.layout, int(oh.buckets*uint64(oh.perBucket))
 	info.Torn = torn
-	t.Range(now, func(Key, Entry) bool { info.Entries++; return true })
+	if err := Guard(t, func() {
+		t.recount()
+		t.Range(now, func(Key, Entry) bool { info.Entries++; return true })
+	}); err != nil {
+		t.unmap()
+		return nil, info, err
+	}
 	info.Dropped = max(live-info.Entries, 0)
 	return t, info, nil
 }

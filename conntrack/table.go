@@ -169,6 +169,8 @@ type Table struct {
 	mapping  []byte // the buckets' own mapping (nil on the Go heap), for Lock
 	unmap    func() // tests: unmap now, not when collected (nil on the Go heap)
 	fileID   uint64 // Open: the file's table id; 0 for New
+	// abandoned: given up after a fault (Abandon); waiters panic.
+	abandoned atomic.Bool
 }
 
 // New returns an empty table holding at least capacity entries: the
@@ -211,9 +213,14 @@ func newTable(n int) *Table {
 func (t *Table) Capacity() int { return len(t.buckets) * slotsPerBucket }
 
 // wait is what a reader or writer does between retries: spin briefly, then
-// let the scheduler run the goroutine it waits for.
-func wait(spin int) {
+// let the scheduler run the goroutine it waits for. In a table given up
+// after a fault (Abandon) it panics instead: the writer it waits for may
+// have died there holding a lock or inside a slot.
+func (t *Table) wait(spin int) {
 	if spin >= spinBeforeYield {
+		if t.abandoned.Load() {
+			panic(abandonedPanic{t})
+		}
 		runtime.Gosched()
 	}
 }
@@ -302,7 +309,7 @@ func (t *Table) LookupHint(k *Key, h Hint, now int64) (Entry, bool) {
 	var w keyWords
 	w.from(k)
 	bi, home := h.bi, int(h.home)
-	i, seq, val, last := t.buckets[bi].probe(home, 0, &w)
+	i, seq, val, last := t.buckets[bi].probe(t, home, 0, &w)
 	if i < 0 {
 		// A key makeRoom moves is written at its new place before it is
 		// cleared at its old one. The spill bit is read after the probe:
@@ -312,12 +319,12 @@ func (t *Table) LookupHint(k *Key, h Hint, now int64) (Entry, bool) {
 			return Entry{}, false
 		}
 		bi, home = h.bi2, int(h.home2)
-		if i, seq, val, last = t.buckets[bi].probe(home, altBit, &w); i < 0 {
+		if i, seq, val, last = t.buckets[bi].probe(t, home, altBit, &w); i < 0 {
 			// One moved back to its first bucket after the first probe
 			// and cleared here before this one is there now. (A key
 			// moved twice during one lookup can still be missed.)
 			bi, home = h.bi, int(h.home)
-			if i, seq, val, last = t.buckets[bi].probe(home, 0, &w); i < 0 {
+			if i, seq, val, last = t.buckets[bi].probe(t, home, 0, &w); i < 0 {
 				return Entry{}, false
 			}
 		}
@@ -337,7 +344,7 @@ func (t *Table) LookupHint(k *Key, h Hint, now int64) (Entry, bool) {
 // stored in this bucket as their first (alt 0) or second (alt altBit)
 // choice: its index (-1 if none), sequence, value and last use, read
 // consistently.
-func (b *bucket) probe(home int, alt uint64, w *keyWords) (int, uint32, uint64, int64) {
+func (b *bucket) probe(t *Table, home int, alt uint64, w *keyWords) (int, uint32, uint64, int64) {
 	reach := hdrReach(b.slots[home].hdr.Load())
 	want := owner(home, alt)
 	for d := 0; d <= reach; d++ {
@@ -349,14 +356,14 @@ func (b *bucket) probe(home int, alt uint64, w *keyWords) (int, uint32, uint64, 
 				break // empty, or another home's key
 			}
 			if hdrSeq(h1)&1 != 0 {
-				wait(spin) // a writer is inside this very slot
+				t.wait(spin) // a writer is inside this very slot
 				continue
 			}
 			same := s.holds(w)
 			val := s.val.Load()
 			last := int64(s.last.Load())
 			if s.hdr.Load()&^lockBit != h1 {
-				wait(spin) // torn read: retry this slot
+				t.wait(spin) // torn read: retry this slot
 				continue
 			}
 			if !same {
@@ -386,14 +393,14 @@ func (t *Table) Touch(e *Entry, now int64) {
 
 // lock takes the bucket's writer lock (slot 0's header, lock bit). Only
 // writers of this bucket contend; readers never look at the bit.
-func (b *bucket) lock() {
+func (b *bucket) lock(t *Table) {
 	h0 := &b.slots[0].hdr
 	for spin := 0; ; spin++ {
 		h := h0.Load()
 		if h&lockBit == 0 && h0.CompareAndSwap(h, h|lockBit) {
 			return
 		}
-		wait(spin)
+		t.wait(spin)
 	}
 }
 
@@ -410,13 +417,13 @@ func (b *bucket) unlock() {
 func (t *Table) lockPair(bi, bi2 uint64) {
 	switch {
 	case bi == bi2:
-		t.buckets[bi].lock()
+		t.buckets[bi].lock(t)
 	case bi < bi2:
-		t.buckets[bi].lock()
-		t.buckets[bi2].lock()
+		t.buckets[bi].lock(t)
+		t.buckets[bi2].lock(t)
 	default:
-		t.buckets[bi2].lock()
-		t.buckets[bi].lock()
+		t.buckets[bi2].lock(t)
+		t.buckets[bi].lock(t)
 	}
 }
 
@@ -623,7 +630,7 @@ func (t *Table) UpsertHint(k *Key, h Hint, v Value, now int64) InsertResult {
 	// The common case takes one lock: the key is in its first bucket, or
 	// is new there, has a free slot and no key of its home ever spilled
 	// (so it cannot be in its second bucket).
-	b.lock()
+	b.lock(t)
 	if i := b.find(home, 0, &w); i >= 0 {
 		r := b.update(i, home, 0, val, now, st)
 		b.unlock()
@@ -748,7 +755,7 @@ func (t *Table) Delete(k *Key) bool {
 	// the bit under this lock before it writes a key there (place,
 	// makeRoom), and it stays set. Read before the lock, it could be set by
 	// a move of k itself in between (k then missed, and left in the table).
-	b1.lock()
+	b1.lock(t)
 	if h.bi2 == h.bi || b1.slots[h.home].hdr.Load()&spillBit == 0 {
 		ok := t.remove(h, &w, false)
 		b1.unlock()
@@ -798,7 +805,7 @@ func (t *Table) Range(now int64, fn func(k Key, e Entry) bool) {
 					break
 				}
 				if hdrSeq(h)&1 != 0 {
-					wait(spin)
+					t.wait(spin)
 					continue
 				}
 				for j := range w {
@@ -809,7 +816,7 @@ func (t *Table) Range(now int64, fn func(k Key, e Entry) bool) {
 				if s.hdr.Load()&^lockBit == h {
 					break
 				}
-				wait(spin)
+				t.wait(spin)
 			}
 			if h&hdrUsed == 0 || expired(val, last, now) {
 				continue

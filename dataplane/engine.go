@@ -19,8 +19,11 @@ const (
 // and the conntrack table.
 type Engine struct {
 	snap atomic.Pointer[Snapshot]
-	ct   *conntrack.Table
-	lim  FloodLimits
+	// ct is replaced only when a fault in a file table's mapping is
+	// contained (tablefault.go); deciders load it once per batch.
+	ct     atomic.Pointer[conntrack.Table]
+	lim    FloodLimits
+	faults tableFaults
 }
 
 // FloodLimits bound what new flows may cost the tracking table.
@@ -50,7 +53,9 @@ const DefaultSYNIdleSec = 5
 // NewEngine returns an engine over a conntrack table. It has no snapshot
 // until Store is called; until then every frame is passed to the host.
 func NewEngine(ct *conntrack.Table) *Engine {
-	return &Engine{ct: ct, lim: FloodLimits{SYNIdleSec: DefaultSYNIdleSec}}
+	e := &Engine{lim: FloodLimits{SYNIdleSec: DefaultSYNIdleSec}}
+	e.ct.Store(ct)
+	return e
 }
 
 // SetFloodLimits sets the limits deciders made afterwards use (a zero
@@ -68,8 +73,9 @@ func (e *Engine) Store(s *Snapshot) { e.snap.Store(s) }
 // Load returns the current snapshot (nil before the first Store).
 func (e *Engine) Load() *Snapshot { return e.snap.Load() }
 
-// Conntrack returns the shared tracking table.
-func (e *Engine) Conntrack() *conntrack.Table { return e.ct }
+// Conntrack returns the shared tracking table (a new one once a fault in
+// a file table was contained: Decider.Contain).
+func (e *Engine) Conntrack() *conntrack.Table { return e.ct.Load() }
 
 // Frame is one frame in a batch: Buf[Off:Off+Len] is the packet, Buf[:Off]
 // headroom that encapsulation may use. The engine sets Verdict and Reason and
@@ -176,6 +182,8 @@ type Decider struct {
 	icmp  tokenBucket // ICMP errors sent (icmpRate)
 	lim   FloodLimits
 	rec   tokenBucket // new entries recorded (FloodLimits.NewPerSec)
+
+	ct *conntrack.Table // the engine's table, loaded once per batch
 }
 
 // NewDecider returns a decider of e.
@@ -215,6 +223,7 @@ func (dc *Decider) Stats() *Stats { return dc.stats }
 // every frame gets its verdict and, when forwarded, its rewrite.
 func (dc *Decider) Process(frames []Frame, now int64) {
 	snap := dc.e.snap.Load()
+	dc.ct = dc.e.ct.Load()
 	dc.stats.ensure(snap)
 	for len(frames) > 0 {
 		n := min(len(frames), batchMax)
@@ -228,6 +237,7 @@ func (dc *Decider) Process(frames []Frame, now int64) {
 // explain, tests), through the same path as Process.
 func (dc *Decider) Decide(f *Frame, now int64) Decision {
 	snap := dc.e.snap.Load()
+	dc.ct = dc.e.ct.Load()
 	dc.stats.ensure(snap)
 	dc.one[0] = *f
 	dc.decideBatch(dc.one[:], snap, now)
@@ -248,7 +258,7 @@ func (dc *Decider) Parsed() *packet.Parsed { return &dc.ps[0] }
 // tight loop lets the CPU overlap those misses (one latency per batch, not
 // one per packet). The rules themselves are applied per frame, in order.
 func (dc *Decider) decideBatch(frames []Frame, snap *Snapshot, now int64) {
-	ct := dc.e.ct
+	ct := dc.ct
 	n := len(frames)
 	for i := range n {
 		d := &dc.ds[i]
@@ -394,7 +404,7 @@ func (dc *Decider) front(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision
 // and validity, selection, recording. h is the tracking key's hint when
 // d.Trackable.
 func (dc *Decider) back(snap *Snapshot, now int64, d *Decision, h conntrack.Hint) {
-	ct := dc.e.ct
+	ct := dc.ct
 	svc, fl := d.Service, &d.Flow
 	switch {
 	case !d.Trackable: // CT3

@@ -26,6 +26,9 @@ type Stats struct {
 	per atomic.Pointer[perObject]
 
 	b batchCounts // the decider's own; never read by other goroutines
+	// decided counts the frames count has seen, ever: how far a batch a
+	// fault interrupted got (Decider.Contain). The decider's own too.
+	decided uint64
 }
 
 // batchCounts are the counts of the batch in progress. Only the decider
@@ -123,6 +126,7 @@ func copyBackend(dst, src *BackendCounters) {
 
 // count adds one decided frame to the batch (plain memory, no atomics).
 func (s *Stats) count(d *Decision, length int) {
+	s.decided++
 	b := &s.b
 	var sd *serviceDelta
 	if d.Service != nil && int(d.Service.ID) < len(b.svc) {

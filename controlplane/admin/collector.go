@@ -62,6 +62,8 @@ var (
 		"Expired tracking entries whose slot was reused.", nil, nil)
 	descCTDeletes = prometheus.NewDesc("xlb_conntrack_deletes_total",
 		"Tracking entries removed.", nil, nil)
+	descCTFaults = prometheus.NewDesc("xlb_conntrack_faults_total",
+		"Memory faults contained in the mapping of the table kept in state_dir (its file truncated or changed under xlb); the first replaced it by an empty table in memory.", nil, nil)
 
 	descGeneration = prometheus.NewDesc("xlb_snapshot_generation",
 		"Generation of the published snapshot; it grows with every change of configuration, health, weight or drain.", nil, nil)
@@ -123,7 +125,7 @@ var (
 	allDescs = []*prometheus.Desc{
 		descQueueRX, descQueueTX, descQueuePass, descQueueDrops, descQueueEvictions, descQueueNotRecorded, descQueueTooBigSent,
 		descAFXDPDrops, descAFXDPFillEmpty, descXDPFrames, descXDPRetagged,
-		descCTEntries, descCTCapacity, descCTInserts, descCTUpdates, descCTEvictions, descCTEvicted, descCTRefused, descCTSpills, descCTMoves, descCTReclaimed, descCTDeletes,
+		descCTEntries, descCTCapacity, descCTInserts, descCTUpdates, descCTEvictions, descCTEvicted, descCTRefused, descCTSpills, descCTMoves, descCTReclaimed, descCTDeletes, descCTFaults,
 		descGeneration, descReloadOK, descReloadFail,
 		descSvcPackets, descSvcBytes, descSvcNew, descSvcDrops, descSvcSide, descSvcEligible, descSvcBackends, descSvcSwitches,
 		descBePackets, descBeBytes, descBeNew, descBeHealthy, descBeWeight, descBeEligible, descBeReady,
@@ -229,6 +231,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descCTMoves, ct.Moves)
 		counter(descCTReclaimed, ct.Reclaimed)
 		counter(descCTDeletes, ct.Deletes)
+		counter(descCTFaults, ct.Faults)
 	}
 	gauge(descGeneration, float64(r.Generation))
 	if rl := r.Reloads; rl != nil {

@@ -98,6 +98,7 @@ func TestMetrics(t *testing.T) {
 		`xlb_conntrack_refused_total{}`:                            0,
 		`xlb_conntrack_reclaimed_total{}`:                          0,
 		`xlb_conntrack_deletes_total{}`:                            0,
+		`xlb_conntrack_faults_total{}`:                             0,
 		`xlb_snapshot_generation{}`:                                float64(r.CP.Snapshot().Gen),
 
 		`xlb_service_forwarded_packets_total{service="web"}`:               11,

@@ -55,6 +55,10 @@ type ConntrackReport struct {
 	Moves     uint64 `json:"moves"`  // keys moved to their other bucket to make room
 	Reclaimed uint64 `json:"reclaimed"`
 	Deletes   uint64 `json:"deletes"`
+	// Faults: faults contained in the mapping of a table kept in a file
+	// (changed under the process); the first replaced it by an empty one
+	// in memory, whose counters the others are.
+	Faults uint64 `json:"faults"`
 }
 
 // QueueReport is the counters of the worker(s) of one rx queue.
@@ -146,7 +150,7 @@ func Gather(in Inputs) *Report {
 		st, n, c := ct.Stats(), ct.Len(), ct.Capacity()
 		r.Conntrack = &ConntrackReport{Entries: n, Capacity: c, Inserts: st.Inserts, Updates: st.Updates,
 			Evictions: st.Evictions, EvictionsHalfOpen: st.EvictionsHalfOpen, Spills: st.Spills, Moves: st.Moves,
-			Reclaimed: st.Reclaimed, Deletes: st.Deletes, Refused: st.Refused}
+			Reclaimed: st.Reclaimed, Deletes: st.Deletes, Refused: st.Refused, Faults: in.ConntrackFaults}
 		if c > 0 {
 			r.Conntrack.Occupancy = float64(n) / float64(c)
 		}

@@ -34,6 +34,9 @@ type Inputs struct {
 	Workers []QueueStats
 	// Conntrack is the shared tracking table (nil when there is none).
 	Conntrack *conntrack.Table
+	// ConntrackFaults counts the faults contained in the mapping of a
+	// table kept in a file (dataplane.Engine.ConntrackFaults).
+	ConntrackFaults uint64
 	// Now is the control plane's clock in ms, the clock that
 	// dataplane.Backend.DrainUntil is on.
 	Now int64

@@ -8,9 +8,9 @@ import (
 	"go.uber.org/zap"
 
 	"xlb/config"
-	"xlb/conntrack"
 	"xlb/controlplane"
 	"xlb/controlplane/admin"
+	"xlb/dataplane"
 )
 
 // ErrNotRunning is what Reload, Drain and Undrain return before Run has
@@ -43,7 +43,7 @@ var _ admin.Source = (*Appliance)(nil)
 // everything is up, before the admin listener starts.
 type running struct {
 	cp      *controlplane.ControlPlane
-	ct      *conntrack.Table
+	engine  *dataplane.Engine // its conntrack table: the one in use now
 	workers []admin.QueueStats
 	now     func() int64
 	runtime func() *admin.Runtime
@@ -101,8 +101,11 @@ func (a *Appliance) Status() *admin.Report {
 	if r == nil {
 		return admin.Gather(admin.Inputs{})
 	}
-	in := admin.Inputs{Snapshot: r.cp.Snapshot(), Workers: r.workers, Conntrack: r.ct, Now: r.now(),
+	in := admin.Inputs{Snapshot: r.cp.Snapshot(), Workers: r.workers, Now: r.now(),
 		Switches: r.cp.FailoverSwitches(), Reloads: r.rl.report(), Runtime: r.runtime()}
+	if r.engine != nil {
+		in.Conntrack, in.ConntrackFaults = r.engine.Conntrack(), r.engine.ConntrackFaults()
+	}
 	if r.ann != nil {
 		in.BGP = &admin.BGPReport{Status: r.ann.sp.Status(), NodeDrained: r.ann.nodeDown.Load()}
 	}

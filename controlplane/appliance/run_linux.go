@@ -226,6 +226,7 @@ func (s *stack) neighbours() error {
 		s.log.Warn("conntrack table not locked in memory: it may be swapped out", zap.Error(lockErr))
 	}
 	s.ct, s.engine = ct, dataplane.NewEngine(ct)
+	s.engine.OnTableFault(s.tableFaulted)
 	s.restore, s.keep = restore, keep
 	s.engine.SetFloodLimits(dataplane.FloodLimitsOf(&s.cfg.Dataplane))
 	res, err := neigh.New(s.cfg.Dataplane.Interface, s.base.Named("neigh")) // it names the interface itself
@@ -406,7 +407,7 @@ func (s *stack) serveAdmin() error {
 		}
 		return out
 	}
-	s.a.cur.Store(&running{cp: s.cp, ct: s.ct, workers: workers, now: worker.NowMs, runtime: s.runtime, rl: rl, ann: s.ann,
+	s.a.cur.Store(&running{cp: s.cp, engine: s.engine, workers: workers, now: worker.NowMs, runtime: s.runtime, rl: rl, ann: s.ann,
 		rounds: rounds, capture: capt})
 	s.undo = append(s.undo, func() { s.a.cur.Store(nil) })
 	listen := s.cfg.Admin.Listen

@@ -42,6 +42,7 @@ type keeper struct {
 	mu      sync.Mutex // one write at a time
 	lastErr error      // the last save's (under mu)
 	lastGen uint64     // the snapshot generation the ticker last saved (its own)
+	dead    bool       // under mu: the table faulted, nothing is saved (abandon)
 }
 
 // stateOwner is the uid state_dir and its files must belong to (or
@@ -220,6 +221,9 @@ func (k *keeper) load() (*controlplane.State, error) {
 func (k *keeper) save(st controlplane.State) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.dead {
+		return
+	}
 	st.Table = k.tableID
 	err := k.write(st)
 	switch {
@@ -241,10 +245,17 @@ func (k *keeper) write(st controlplane.State) error {
 	return safedir.WriteFile(k.dir, stateFile, b)
 }
 
+// errAbandoned is saved's answer once the table faulted: nothing is
+// kept for the next process.
+var errAbandoned = errors.New("the table file was changed under xlb: its state was removed, not saved")
+
 // saved reports the last save's error (nil: it was written).
 func (k *keeper) saved() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.dead {
+		return errAbandoned
+	}
 	return k.lastErr
 }
 

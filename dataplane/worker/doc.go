@@ -15,6 +15,13 @@
 // Busy-polling is bounded so that an idle appliance sleeps instead of
 // burning its cores.
 //
+// A worker runs with memory faults made panics (debug.SetPanicOnFault):
+// a conntrack table kept in a file truncated under the process faults,
+// and each batch's decision recovers a fault inside that table's mapping
+// (the decider then goes on with an empty table in memory, every frame
+// of the batch decided once: dataplane.Decider.Contain). Any other panic
+// or fault still ends the process.
+//
 // The package lives apart from dataplane because the AF_XDP frame port
 // (afxdp.FramePort) imports dataplane; it depends on neither afxdp nor the
 // control plane, so its loop is tested with fake ports.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -163,6 +164,9 @@ func (w *Worker) Rounds() uint64 {
 // with the goroutine), so no other goroutine inherits its CPU mask.
 func (w *Worker) Run(ctx context.Context) error {
 	runtime.LockOSThread()
+	// A fault in a file table's mapping (the file truncated under us) is
+	// a panic that decide contains, not a crash; any other still crashes.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	if w.cfg.CPU >= 0 {
 		if err := pin(w.cfg.CPU); err != nil {
 			return fmt.Errorf("worker: pinning queue %d's thread to CPU %d: %w", w.cfg.Queue, w.cfg.CPU, err)
@@ -191,7 +195,7 @@ func (w *Worker) round() error {
 	if r := w.capture.Load(); r != nil {
 		n = w.pollCapturing(r, now)
 	} else {
-		n = w.decider.Poll(w.port, w.frames, msOf(now))
+		n = w.poll(msOf(now))
 	}
 	if n > 0 {
 		w.idle = false
@@ -214,7 +218,33 @@ func (w *Worker) round() error {
 	return err
 }
 
-// pollCapturing is Decider.Poll with the capture ring's copies around the
+// poll is Decider.Poll with the decision contained (decide).
+func (w *Worker) poll(now int64) int {
+	n := w.port.Receive(w.frames)
+	if n == 0 {
+		return 0
+	}
+	w.decide(w.frames[:n], now)
+	w.port.Complete(w.frames[:n])
+	return n
+}
+
+// decide is Decider.Process, but for a fault in the mapping of a file
+// table (Run makes faults panics): the decider replaces the table by an
+// empty one and decides the rest of the batch with it (Contain), and the
+// loop goes on. Any other panic goes on too. A deferred call per batch,
+// no allocation.
+func (w *Worker) decide(batch []dataplane.Frame, now int64) {
+	since := w.decider.Decided()
+	defer func() {
+		if r := recover(); r != nil && !w.decider.Contain(r, batch, since, now) {
+			panic(r)
+		}
+	}()
+	w.decider.Process(batch, now)
+}
+
+// pollCapturing is poll with the capture ring's copies around the
 // decision: as received before it (the engine rewrites in place), as sent
 // after it, before the frames are completed.
 func (w *Worker) pollCapturing(r *capture.Ring, now int64) int {
@@ -224,7 +254,7 @@ func (w *Worker) pollCapturing(r *capture.Ring, now int64) int {
 	}
 	batch := w.frames[:n]
 	r.Before(batch)
-	w.decider.Process(batch, msOf(now))
+	w.decide(batch, msOf(now))
 	r.After(batch, now)
 	w.port.Complete(batch)
 	return n
