@@ -167,7 +167,7 @@ func clients(seed uint64, n int) []craft.Packet {
 		a := rng.Uint32()
 		sport := uint16(1024 + rng.IntN(64511))
 		k := [6]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a), byte(sport >> 8), byte(sport)}
-		if seen[k] || byte(a>>24) == 0 || byte(a>>24) >= 224 {
+		if seen[k] || byte(a>>24) == 0 || byte(a>>24) == 127 || byte(a>>24) >= 224 { // no martian source (FR8)
 			continue
 		}
 		seen[k] = true
