@@ -42,7 +42,10 @@ const benchCTCapacity = 1 << 22
 
 // xlbConfig is the configuration xlb runs with on the middle hop.
 func xlbConfig(t *topo.Topo, cpu int) string {
-	return xlbConfigText("# lbbench xdp: xlb on the middle hop (generated)\n", t.MidDev, cpu, "auto", t.Backends, false)
+	text := xlbConfigText("# lbbench xdp: xlb on the middle hop (generated)\n", t.MidDev, cpu, "auto", t.Backends, false)
+	// A socket of the run's own (its prefix), not the default one an xlb
+	// of the host or another run may hold.
+	return strings.Replace(text, "[admin]\n", fmt.Sprintf("[admin]\nsocket = %q\n", "/run/lbbench-xdp-"+t.Prefix+"/admin.sock"), 1)
 }
 
 // xlbConfigText is xlb's configuration for the bench: header (comment
