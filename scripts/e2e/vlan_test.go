@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 
 	"xlb/dataplane/craft"
 	"xlb/dataplane/packet"
-	"xlb/internal/nettest"
 	"xlb/internal/nsx"
 	"xlb/scripts/testbed"
 )
@@ -89,34 +87,11 @@ type auxSocket struct{ fd int }
 
 func openAuxSocket(t *testing.T, h testbed.Host) *auxSocket {
 	t.Helper()
-	s := &auxSocket{fd: -1}
-	err := nsx.Do(h.NS, func() error {
-		ifc, err := net.InterfaceByName(h.Iface)
-		if err != nil {
-			return err
-		}
-		proto := nettest.Htons(unix.ETH_P_ALL)
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(proto))
-		if err != nil {
-			return err
-		}
-		s.fd = fd
-		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_AUXDATA, 1); err != nil {
-			return err
-		}
-		tv := unix.NsecToTimeval((50 * time.Millisecond).Nanoseconds())
-		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-			return err
-		}
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: proto, Ifindex: ifc.Index})
-	})
-	if s.fd >= 0 {
-		t.Cleanup(func() { unix.Close(s.fd) })
+	ps := openPacketSocket(t, h)
+	if err := unix.SetsockoptInt(ps.fd, unix.SOL_PACKET, unix.PACKET_AUXDATA, 1); err != nil {
+		t.Fatalf("PACKET_AUXDATA on %s in %s: %v", h.Iface, h.NS, err)
 	}
-	if err != nil {
-		t.Fatalf("packet socket on %s in %s: %v", h.Iface, h.NS, err)
-	}
-	return s
+	return &auxSocket{fd: ps.fd}
 }
 
 // capture waits up to d for a UDP frame from the balancer's MAC with
