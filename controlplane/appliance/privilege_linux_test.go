@@ -444,29 +444,8 @@ func TestRun_LeastPrivilege(t *testing.T) {
 	if err := n.start(cmd); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("xlb log:\n%s", log.String())
-		}
-	})
+	x := watchXLB(t, cmd, log, `"capabilities dropped"`)
 	pid := cmd.Process.Pid
-	waitFor(t, `"capabilities dropped" in the log`, func() bool {
-		select {
-		case <-exited:
-			t.Fatalf("xlb exited: %v", waitErr)
-		default:
-		}
-		return strings.Contains(log.String(), `"capabilities dropped"`)
-	})
 	waitFor(t, "healthy backend", func() bool {
 		st := socketStatus(t, sock)
 		return len(st.Services) == 1 && len(st.Services[0].Eligible) == 1 &&
@@ -605,20 +584,7 @@ func TestRun_LeastPrivilege(t *testing.T) {
 		}
 	})
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-exited:
-	case <-time.After(time.Minute):
-		t.Fatal("xlb still runs a minute after SIGTERM")
-	}
-	if waitErr != nil {
-		t.Errorf("xlb after SIGTERM: %v", waitErr)
-	}
-	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
-		t.Errorf("the socket after exit: %v, want removed", err)
-	}
+	x.stop(sock)
 }
 
 // buildProbe builds cmd/xlb with the privilege probe (tag xlb_privprobe),
@@ -811,29 +777,8 @@ func dropRun(t *testing.T, top, bin string, as dropCase) {
 		}
 	}
 	must(n.start(cmd))
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("xlb log:\n%s", log.String())
-		}
-	})
+	x := watchXLB(t, cmd, log, `"privilege probe"`)
 	pid := cmd.Process.Pid
-	waitFor(t, `"privilege probe" in the log`, func() bool {
-		select {
-		case <-exited:
-			t.Fatalf("xlb exited: %v", waitErr)
-		default:
-		}
-		return strings.Contains(log.String(), `"privilege probe"`)
-	})
 
 	const want = uint64(1) << capNetAdmin
 	ids := fmt.Sprintf("%d %d %d %d", uid, uid, uid, uid)
@@ -888,14 +833,60 @@ func dropRun(t *testing.T, top, bin string, as dropCase) {
 		t.Error("/metrics has no process_open_fds: xlb cannot read its own /proc/self/fd")
 	}
 
-	must(cmd.Process.Signal(syscall.SIGTERM))
+	x.stop(sock)
+}
+
+// watchedXLB is a started `xlb run` the test waits on: killed at the
+// test's end if still running, its log shown if the test failed.
+type watchedXLB struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	waitErr error
+}
+
+// watchXLB watches cmd (started) and waits until its log has the line
+// logged, failing the test if xlb exits first.
+func watchXLB(t *testing.T, cmd *exec.Cmd, log *syncbuf.Buffer, logged string) *watchedXLB {
+	t.Helper()
+	x := &watchedXLB{t: t, cmd: cmd, exited: make(chan struct{})}
+	go func() { x.waitErr = cmd.Wait(); close(x.exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-x.exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-x.exited
+		}
+		if t.Failed() {
+			t.Logf("xlb log:\n%s", log.String())
+		}
+	})
+	waitFor(t, logged+" in the log", func() bool {
+		select {
+		case <-x.exited:
+			t.Fatalf("xlb exited: %v", x.waitErr)
+		default:
+		}
+		return strings.Contains(log.String(), logged)
+	})
+	return x
+}
+
+// stop sends SIGTERM and checks xlb exits 0 and removes its socket.
+func (x *watchedXLB) stop(sock string) {
+	t := x.t
+	t.Helper()
+	if err := x.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
 	select {
-	case <-exited:
+	case <-x.exited:
 	case <-time.After(time.Minute):
 		t.Fatal("xlb still runs a minute after SIGTERM")
 	}
-	if waitErr != nil {
-		t.Errorf("xlb after SIGTERM: %v", waitErr)
+	if x.waitErr != nil {
+		t.Errorf("xlb after SIGTERM: %v", x.waitErr)
 	}
 	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
 		t.Errorf("the socket after exit: %v, want removed", err)
