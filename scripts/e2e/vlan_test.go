@@ -13,7 +13,6 @@ import (
 
 	"xlb/dataplane/craft"
 	"xlb/dataplane/packet"
-	"xlb/internal/nsx"
 	"xlb/scripts/testbed"
 )
 
