@@ -588,6 +588,22 @@ func (c *ControlPlane) Publish(now int64) {
 	c.publish(now)
 }
 
+// SetSelf replaces the balancer's own addresses and its subnets'
+// broadcasts (Local.Self, Local.SubnetBroadcasts: sources no client has,
+// FR8) when the interface's addresses change, and publishes; nothing when
+// they are the same. It reports whether they changed.
+func (c *ControlPlane) SetSelf(self, bcast []netip.Addr, now int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := &c.opts.Local
+	if slices.Equal(l.Self, self) && slices.Equal(l.SubnetBroadcasts, bcast) {
+		return false
+	}
+	l.Self, l.SubnetBroadcasts = slices.Clone(self), slices.Clone(bcast)
+	c.publish(now)
+	return true
+}
+
 // Snapshot returns the last published snapshot.
 func (c *ControlPlane) Snapshot() *dataplane.Snapshot {
 	c.mu.Lock()

@@ -230,3 +230,58 @@ func TestFR8_InterfaceAddressesAndSubnetBroadcasts(t *testing.T) {
 		}
 	}
 }
+
+// TestFR8_InterfaceAddressesFollowed: the interface's addresses changed
+// while xlb runs (ControlPlane.SetSelf, from the appliance's re-read): a
+// source added is the balancer's own from the next snapshot on, one
+// removed is a client's again; the same lists again publish nothing.
+func TestFR8_InterfaceAddressesFollowed(t *testing.T) {
+	ct, err := conntrack.New(1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := dataplane.NewEngine(ct)
+	local := sim.SimLocal()
+	local.Self, local.SubnetBroadcasts = dataplane.SelfAddrs([]netip.Prefix{netip.MustParsePrefix("10.30.0.1/31")})
+	web := specSvc{Name: "web", Protocol: "TCP", Method: "IPIP", Primary: []string{"10.1.0.1"}}
+	cfg := cptest.Config(t, specFile(web.String(),
+		specRule{Name: "web4", VIP: specVIP4, Proto: "TCP", Ports: `ports = ["80"]`, Service: "web"}.String()))
+	cp, err := controlplane.New(cfg, eng, controlplane.Options{Local: local, InitialHealthy: true, InitialWeight: 1000}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc := eng.NewDecider()
+	verdict := func(src string) (dataplane.Verdict, dataplane.Reason) {
+		p := cptest.TCP(src, specVIP4, 40000, 80, "S")
+		frame, err := craft.Build(&p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _ := decideFrame(dc, frame, 0)
+		return d.Verdict, d.Reason
+	}
+	if v, r := verdict("10.20.0.6"); v != dataplane.VerdictForward {
+		t.Fatalf("10.20.0.6 before it is ours: %s %q, want forward", v, r)
+	}
+	self, bcast := dataplane.SelfAddrs([]netip.Prefix{netip.MustParsePrefix("10.20.0.6/24")})
+	if !cp.SetSelf(self, bcast, 1000) {
+		t.Fatal("SetSelf with new addresses reported no change")
+	}
+	for _, tc := range []struct {
+		src    string
+		v      dataplane.Verdict
+		reason dataplane.Reason
+	}{
+		{"10.20.0.6", dataplane.VerdictDrop, dataplane.ReasonSourceIsSelf},
+		{"10.20.0.255", dataplane.VerdictDrop, dataplane.ReasonMartianSource},
+		{"10.30.0.1", dataplane.VerdictForward, dataplane.ReasonNone},
+	} {
+		if v, r := verdict(tc.src); v != tc.v || r != tc.reason {
+			t.Errorf("%s after the change: %s %q, want %s %q", tc.src, v, r, tc.v, tc.reason)
+		}
+	}
+	gen := cp.Snapshot().Gen
+	if cp.SetSelf(self, bcast, 2000) || cp.Snapshot().Gen != gen {
+		t.Error("SetSelf with the same addresses published a snapshot")
+	}
+}

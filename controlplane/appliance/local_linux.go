@@ -95,9 +95,15 @@ func interfaceAddrs(link netlink.Link) (v4, v6 netip.Addr, err error) {
 // (none when they cannot be listed: the warning above says so): VIP frames
 // from any of them, or to a subnet's broadcast, are spoofed (FR8).
 func interfacePrefixes(link netlink.Link) []netip.Prefix {
+	out, _ := listPrefixes(link)
+	return out
+}
+
+// listPrefixes is interfacePrefixes with the listing's error.
+func listPrefixes(link netlink.Link) ([]netip.Prefix, error) {
 	addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	var out []netip.Prefix
 	for _, a := range addrs {
@@ -110,7 +116,7 @@ func interfacePrefixes(link netlink.Link) []netip.Prefix {
 			out = append(out, netip.PrefixFrom(ip.Unmap(), p.Bits()))
 		}
 	}
-	return out
+	return out, nil
 }
 
 // waitNeighbours waits up to neighbourWait for the backends' MACs and logs

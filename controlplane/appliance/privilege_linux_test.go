@@ -343,8 +343,14 @@ func tryAsNobody(t *testing.T, n *runNS, sock string) tryResult {
 // came back out rewritten for be1 (L2 DSR: be1's MAC).
 func forwards(t *testing.T, n *runNS, ps *packetSocket, vip string, sport uint16) bool {
 	t.Helper()
+	return forwardsFrom(t, n, ps, runClient, vip, sport)
+}
+
+// forwardsFrom is forwards with the frames' source src.
+func forwardsFrom(t *testing.T, n *runNS, ps *packetSocket, src netip.Addr, vip string, sport uint16) bool {
+	t.Helper()
 	sent, err := craft.Build(&craft.Packet{
-		Src: runClient, Dst: netip.MustParseAddr(vip), Proto: packet.ProtoUDP, SrcPort: sport, DstPort: 53,
+		Src: src, Dst: netip.MustParseAddr(vip), Proto: packet.ProtoUDP, SrcPort: sport, DstPort: 53,
 		SrcMAC: n.pMAC, DstMAC: n.bMAC,
 	})
 	if err != nil {

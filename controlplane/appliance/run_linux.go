@@ -277,6 +277,7 @@ func (s *stack) controlPlane() error {
 	// one that changed before OnChange was registered.
 	s.res.OnChange(func() { cp.Publish(worker.NowMs()) })
 	cp.Publish(worker.NowMs())
+	s.watchSelf()
 	return nil
 }
 
