@@ -604,6 +604,22 @@ func (c *ControlPlane) SetSelf(self, bcast []netip.Addr, now int64) bool {
 	return true
 }
 
+// SetMTU replaces the interface's MTU and the longest frame a rewrite may
+// make (Local.MTU, Local.MaxFrame: what makes an encapsulated packet too
+// big, X1) when the interface's MTU changes, and publishes; nothing when
+// they are the same. It reports whether they changed.
+func (c *ControlPlane) SetMTU(mtu, maxFrame int, now int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := &c.opts.Local
+	if l.MTU == mtu && l.MaxFrame == maxFrame {
+		return false
+	}
+	l.MTU, l.MaxFrame = mtu, maxFrame
+	c.publish(now)
+	return true
+}
+
 // Snapshot returns the last published snapshot.
 func (c *ControlPlane) Snapshot() *dataplane.Snapshot {
 	c.mu.Lock()

@@ -5,6 +5,7 @@ import (
 
 	"xlb/config"
 	"xlb/controlplane"
+	"xlb/dataplane"
 )
 
 // TestPublish_L3DefaultLast: the snapshot lists a VIP's protocol rules
@@ -78,5 +79,48 @@ backend_service = "dns"
 	}
 	if len(names) != 3 || names[0] != "tcp" || names[1] != "udp" || names[2] != "l3" {
 		t.Errorf("rules of 192.0.2.1: %v, want [tcp udp l3]", names)
+	}
+}
+
+// TestPublish_MTUFollowed: an MTU change (SetMTU, from the appliance's
+// link watch) publishes a snapshot with the new MTU and frame bound, which
+// decide what an encapsulation makes too big (X1); the same values again
+// publish nothing.
+func TestPublish_MTUFollowed(t *testing.T) {
+	const src = `
+[[health_check]]
+name = "hc"
+type = "TCP"
+[[backend_service]]
+name = "web"
+health_checks = ["hc"]
+[[backend_service.backend]]
+group = "a"
+endpoints = [{ ip = "10.0.0.2" }]
+[[forwarding_rule]]
+name = "tcp"
+ip_address = "192.0.2.1"
+ip_protocol = "TCP"
+ports = ["80"]
+backend_service = "web"
+`
+	cfg, err := config.Parse("t.toml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := controlplane.New(cfg, nil, controlplane.Options{Local: dataplane.Local{MTU: 1500, MaxFrame: 1518}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := cp.Snapshot().Gen
+	if !cp.SetMTU(1400, 1418, 1000) {
+		t.Fatal("SetMTU with a new MTU reported no change")
+	}
+	if s := cp.Snapshot(); s.Local.MTU != 1400 || s.Local.MaxFrame != 1418 || s.Gen == gen {
+		t.Fatalf("snapshot after SetMTU: MTU %d, max frame %d, generation %d (was %d); want 1400, 1418, a new one", s.Local.MTU, s.Local.MaxFrame, s.Gen, gen)
+	}
+	gen = cp.Snapshot().Gen
+	if cp.SetMTU(1400, 1418, 2000) || cp.Snapshot().Gen != gen {
+		t.Error("SetMTU with the same MTU published a snapshot")
 	}
 }

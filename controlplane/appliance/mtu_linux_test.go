@@ -124,6 +124,10 @@ func TestRun_MTURaisedCounted(t *testing.T) {
 	if !strings.Contains(p.stderr.String(), "interface MTU raised above what dataplane.frame_size holds") {
 		t.Error("no error line for the raised MTU")
 	}
+	// The snapshot follows it too (what encapsulation makes too big, X1).
+	waitFor(t, "the MTU handed to the control plane", func() bool {
+		return strings.Contains(p.stderr.String(), `"interface MTU followed`) && strings.Contains(p.stderr.String(), `"mtu":3000`)
+	})
 	select {
 	case <-p.exited:
 		t.Fatalf("xlb exited: %v", p.err)

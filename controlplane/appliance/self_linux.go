@@ -13,11 +13,13 @@ import (
 
 // selfEvery spaces the re-reads of the interface's addresses: one netlink
 // dump, cheap, and an address added or removed while xlb runs counts as
-// its own (source-is-self, a subnet's broadcast: FR8) within it.
+// its own (source-is-self, a subnet's broadcast: FR8) within it. The MTU
+// the link watch last saw is handed on at the same pace.
 const selfEvery = 2 * time.Second
 
 // watchSelf re-reads the interface's addresses until the teardown and
-// gives the control plane those that changed (ControlPlane.SetSelf).
+// gives the control plane those that changed (ControlPlane.SetSelf), and
+// the MTU when it changed (SetMTU).
 func (s *stack) watchSelf() {
 	ctx, stop := context.WithCancel(s.life)
 	var wg sync.WaitGroup
@@ -29,6 +31,9 @@ func (s *stack) watchSelf() {
 			case <-ctx.Done():
 				return
 			case <-t.C:
+			}
+			if mtu := s.mtuNow(); mtu > 0 && s.cp.SetMTU(mtu, mtu+vlanEthHeader, worker.NowMs()) {
+				s.log.Info("interface MTU followed: packets an encapsulation makes longer than it are answered too big (X1)", zap.Int("mtu", mtu))
 			}
 			prefixes, err := listPrefixes(s.link)
 			if err != nil {
@@ -42,4 +47,12 @@ func (s *stack) watchSelf() {
 		}
 	})
 	s.undo = append(s.undo, func() { stop(); wg.Wait() })
+}
+
+// mtuNow is the MTU the link watch last saw (0: none yet).
+func (s *stack) mtuNow() int {
+	if s.mtu == nil {
+		return 0
+	}
+	return int(s.mtu.mtu.Load())
 }
