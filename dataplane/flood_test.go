@@ -281,8 +281,7 @@ func TestCT4_MidFlowMissStartsOnProbation(t *testing.T) {
 }
 
 // TestX3_MidFlowFloodIntoEstablishedTable: a table full of established
-// connections (1024 entries, filled until new connections could no longer
-// be recorded) under an ACK flood of 64 times its capacity: the flood is
+// connections (1024 entries, offered four times as many connections) under an ACK flood of 64 times its capacity: the flood is
 // forwarded, every frame, and its entries are refused (counted, by the
 // table and on the decision) or take the few slots left free and displace
 // each other, so no established entry is evicted and every connection
@@ -298,7 +297,9 @@ func TestX3_MidFlowFloodIntoEstablishedTable(t *testing.T) {
 	r.Now = 1000
 	var conns []int
 	backend := map[int]string{}
-	for i := 0; ct.Stats().Refused == 0; i++ {
+	// Four connections per slot: the table fills until most new ones
+	// find their buckets full of established entries and are refused.
+	for i := range 4 * ct.Capacity() {
 		specForward(t, r.Send(conn(i, "S")), "SYN")
 		res := r.Send(conn(i, "A"))
 		if res.Track == dataplane.TrackHit {
@@ -306,8 +307,8 @@ func TestX3_MidFlowFloodIntoEstablishedTable(t *testing.T) {
 			backend[i] = res.BackendName()
 		}
 	}
-	if len(conns) < ct.Capacity()/2 {
-		t.Fatalf("only %d established entries in a table of %d", len(conns), ct.Capacity())
+	if len(conns) < ct.Capacity()/2 || ct.Stats().Refused == 0 {
+		t.Fatalf("only %d established entries in a table of %d, %d refused: not full", len(conns), ct.Capacity(), ct.Stats().Refused)
 	}
 	refusedBefore := ct.Stats().Refused
 	const flood = 64 * 1024
