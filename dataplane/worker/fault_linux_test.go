@@ -174,7 +174,6 @@ func TestRun_TableFileTruncated(t *testing.T) {
 	}
 }
 
-
 // TestContain_OnlyTableFaults: Contain takes nothing but a fault in the
 // mapping of the table the decider used: a plain panic or error is
 // refused (the worker panics again) and the table stays.
