@@ -91,7 +91,7 @@ func DecodeStateFile(b []byte) (*State, error) {
 	want, err := hex.DecodeString(f.SHA256)
 	sum := sha256.Sum256(f.State)
 	if err != nil || !bytes.Equal(want, sum[:]) {
-		return nil, fmt.Errorf("%w: the file says %.16s..., its state sums to %x...", ErrStateChecksum, f.SHA256, sum[:8])
+		return nil, fmt.Errorf("%w: the file says %.16s (first 16 digits), its state sums to %x (first 8 bytes)", ErrStateChecksum, f.SHA256, sum[:8])
 	}
 	return ParseState(f.State)
 }
