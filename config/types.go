@@ -19,6 +19,31 @@ type Config struct {
 	Rules        []ForwardingRule
 	// BGP is nil when the file has no [bgp] (nothing is announced).
 	BGP *BGP
+	// FlowSync is nil when the file has no [flow_sync] (each instance
+	// knows only the flows it saw).
+	FlowSync *FlowSync
+}
+
+// FlowSync is the [flow_sync] section: tracked flows shared with peers.
+type FlowSync struct {
+	// Listen is where records (UDP) and table pulls (TCP) arrive.
+	Listen netip.AddrPort
+	// Peers are the other instances, without Listen itself where the
+	// file lists it.
+	Peers []netip.AddrPort
+	// KeyFile is where Keys were read from.
+	KeyFile string
+	// Keys are the file's keys: Keys[0] seals what is sent; every key
+	// opens what arrives (a rollover). One or two.
+	Keys [][32]byte
+	// PullOnStart: a starting instance with no kept table fetches the
+	// table from a peer before it announces its VIPs; PullTimeout bounds
+	// the wait.
+	PullOnStart bool
+	PullTimeout time.Duration
+	// MaxRecordsPerSec bounds the records this instance sends each second
+	// (new flows and refreshes together).
+	MaxRecordsPerSec int
 }
 
 // Dataplane is the [dataplane] section; only `xlb run` needs it.

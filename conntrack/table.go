@@ -38,12 +38,20 @@ type Value struct {
 	// that a flood of SYNs or of forged mid-flow packets displaces only its
 	// own entries.
 	HalfOpen bool
+	// Peer marks an entry stored from another instance's record
+	// ([flow_sync]): this instance has not seen a packet of its flow, so
+	// it does not send the entry on to its peers. The first packet of the
+	// flow here clears it (the flow moved here).
+	Peer bool
 }
 
-// Packed value: backend:32 | side:8 | idle:23 | halfOpen:1.
+// Packed value: backend:32 | side:8 | idle:22 | peer:1 | halfOpen:1.
+// Idle needs 17 bits (MaxIdleSec); the peer bit was an always-zero idle
+// bit before, so older table files read alike.
 const (
 	idleShift = 40
-	idleMask  = 1<<23 - 1
+	idleMask  = 1<<22 - 1
+	peerBit   = 1 << 62
 	halfOpen  = 1 << 63
 )
 
@@ -53,11 +61,14 @@ func (v Value) pack() uint64 {
 	if v.HalfOpen {
 		w |= halfOpen
 	}
+	if v.Peer {
+		w |= peerBit
+	}
 	return w
 }
 
 func unpack(w uint64) Value {
-	return Value{Backend: uint32(w), Side: uint8(w >> 32), IdleSec: uint32(w>>idleShift) & idleMask, HalfOpen: w&halfOpen != 0}
+	return Value{Backend: uint32(w), Side: uint8(w >> 32), IdleSec: uint32(w>>idleShift) & idleMask, HalfOpen: w&halfOpen != 0, Peer: w&peerBit != 0}
 }
 
 // expired reports whether an entry with packed value val, last used at last,

@@ -59,6 +59,9 @@ type Backend struct {
 	Service  uint16 // ID of its backend service
 	Group    string
 	Failover bool
+	// FleetID names the backend to the other instances ([flow_sync]):
+	// FleetID(its service's name, IP).
+	FleetID uint64
 
 	// MAC is the destination MAC of frames for this backend: the backend's
 	// own (L2_DSR) or the next hop's (IPIP/GUE). MACKnown false means it is
