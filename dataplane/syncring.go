@@ -59,3 +59,16 @@ func FleetID(service string, ip netip.Addr) uint64 {
 	var sum [sha256.Size]byte
 	return binary.BigEndian.Uint64(h.Sum(sum[:0]))
 }
+
+// EnableFlowSync makes every decider made from now on hand the flows it
+// comes to track to a ring of its own, of ringSize records (SyncRings).
+// Call it before the workers' deciders are made.
+func (e *Engine) EnableFlowSync(ringSize int) {
+	panic("dataplane: EnableFlowSync not implemented yet")
+}
+
+// SyncRings returns the rings of the deciders made since EnableFlowSync
+// (nil without it). Safe to call from any goroutine; the slice is a copy.
+func (e *Engine) SyncRings() []*SyncRing {
+	panic("dataplane: SyncRings not implemented yet")
+}
