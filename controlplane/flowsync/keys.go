@@ -93,7 +93,7 @@ func (r *keyring) index(id [4]byte) int {
 // with associated data extra after the header; false: no key with its ID,
 // or it does not open. A sender's AEAD is derived once per key while
 // cached, and cached only once a message of it opened.
-func (r *keyring) open(h *header, msg, extra []byte) ([]byte, bool) {
+func (r *keyring) open(sc *scratch, h *header, msg, extra []byte) ([]byte, bool) {
 	i := r.index(h.keyID)
 	if i < 0 {
 		return nil, false
@@ -103,10 +103,10 @@ func (r *keyring) open(h *header, msg, extra []byte) ([]byte, bool) {
 	a := r.cache[ck]
 	r.mu.Unlock()
 	if a != nil {
-		return open(a, h, msg, extra)
+		return sc.open(a, h, msg, extra)
 	}
 	a = deriveAEAD(&r.keys[i], h.sender)
-	body, ok := open(a, h, msg, extra)
+	body, ok := sc.open(a, h, msg, extra)
 	if !ok {
 		return nil, false
 	}

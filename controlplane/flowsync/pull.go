@@ -140,7 +140,7 @@ func (s *Syncer) pullFrom(ctx context.Context, st *state, addr netip.AddrPort) (
 			return n, stored, refusedError{r}
 		}
 		sender, last = h.sender, h.seq
-		body, ok := st.keys.open(&h, msg, nonce[:])
+		body, ok := st.keys.open(&enc.sc, &h, msg, nonce[:])
 		if !ok {
 			s.m.refused[reasonKey].Add(1)
 			return n, stored, refusedError{reasonKey}
@@ -223,7 +223,8 @@ func (s *Syncer) serve(ctx context.Context, c *net.TCPConn) {
 		s.m.refused[r].Add(1)
 		return
 	}
-	body, ok := st.keys.open(&h, msg, nil)
+	var sc scratch
+	body, ok := st.keys.open(&sc, &h, msg, nil)
 	if !ok {
 		s.m.refused[reasonKey].Add(1)
 		return

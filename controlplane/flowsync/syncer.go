@@ -116,6 +116,7 @@ type Syncer struct {
 	// The receive goroutine's own.
 	recs    []Record
 	senders senders
+	rsc     scratch
 
 	pulls     chan struct{} // a token per concurrent pull served
 	closeOnce sync.Once
@@ -565,7 +566,7 @@ func (s *Syncer) receive(msg []byte, from netip.AddrPort) reason {
 	if h.sender == s.id {
 		return reasonNone // our own, looped back: nothing to learn
 	}
-	body, ok := st.keys.open(&h, msg, nil)
+	body, ok := st.keys.open(&s.rsc, &h, msg, nil)
 	if !ok {
 		return reasonKey
 	}

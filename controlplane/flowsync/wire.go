@@ -122,13 +122,6 @@ func parseHeader(b []byte) (header, reason) {
 	return h, reasonNone
 }
 
-// gcmNonce is the AEAD nonce of a message: the sequence number.
-func gcmNonce(seq uint64) [12]byte {
-	var n [12]byte
-	binary.BigEndian.PutUint64(n[4:], seq)
-	return n
-}
-
 // recordLen is the encoded size of r.
 func recordLen(k *conntrack.Key) int {
 	n := 1 + 8 + 8 + 1 + 4
@@ -270,6 +263,7 @@ type encoder struct {
 	buf   []byte // capacity: the message's limit
 	n     int    // bytes written (header included)
 	count int    // records added
+	sc    scratch
 }
 
 func newEncoder(limit int) *encoder {
@@ -299,33 +293,39 @@ func (e *encoder) room() bool { return e.n+maxRecordLen+tagLen <= len(e.buf) }
 // putBody appends raw body bytes (a pull request's nonce, an end's count).
 func (e *encoder) putBody(b []byte) { e.n += copy(e.buf[e.n:], b) }
 
+// scratch is the nonce and associated data of one seal or open, kept
+// where it does not escape per message.
+type scratch struct {
+	nonce [12]byte
+	ad    [headerLen + nonceLen]byte
+}
+
+// prepare fills the nonce from seq and the associated data from the
+// header at msg and extra; it returns the associated data.
+func (sc *scratch) prepare(seq uint64, msg, extra []byte) []byte {
+	sc.nonce = [12]byte{}
+	binary.BigEndian.PutUint64(sc.nonce[4:], seq)
+	if len(extra) == 0 {
+		return msg[:headerLen]
+	}
+	copy(sc.ad[:], msg[:headerLen])
+	copy(sc.ad[headerLen:], extra)
+	return sc.ad[:headerLen+len(extra)]
+}
+
 // seal writes h and seals the body with a under associated data header ||
 // extra; the message is valid until the next reset.
 func (e *encoder) seal(a cipher.AEAD, h *header, extra []byte) []byte {
 	h.put(e.buf)
-	ad := e.buf[:headerLen]
-	var adBuf [headerLen + nonceLen]byte
-	if len(extra) > 0 {
-		copy(adBuf[:], e.buf[:headerLen])
-		copy(adBuf[headerLen:], extra)
-		ad = adBuf[:headerLen+len(extra)]
-	}
-	nonce := gcmNonce(h.seq)
-	out := a.Seal(e.buf[headerLen:headerLen], nonce[:], e.buf[headerLen:e.n], ad)
+	ad := e.sc.prepare(h.seq, e.buf, extra)
+	out := a.Seal(e.buf[headerLen:headerLen], e.sc.nonce[:], e.buf[headerLen:e.n], ad)
 	return e.buf[:headerLen+len(out)]
 }
 
 // open authenticates msg (header h already parsed) with a and returns its
 // body, decrypted in place; false: it does not open.
-func open(a cipher.AEAD, h *header, msg []byte, extra []byte) ([]byte, bool) {
-	ad := msg[:headerLen]
-	var adBuf [headerLen + nonceLen]byte
-	if len(extra) > 0 {
-		copy(adBuf[:], msg[:headerLen])
-		copy(adBuf[headerLen:], extra)
-		ad = adBuf[:headerLen+len(extra)]
-	}
-	nonce := gcmNonce(h.seq)
-	body, err := a.Open(msg[headerLen:headerLen], nonce[:], msg[headerLen:], ad)
+func (sc *scratch) open(a cipher.AEAD, h *header, msg []byte, extra []byte) ([]byte, bool) {
+	ad := sc.prepare(h.seq, msg, extra)
+	body, err := a.Open(msg[headerLen:headerLen], sc.nonce[:], msg[headerLen:], ad)
 	return body, err == nil
 }
