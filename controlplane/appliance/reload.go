@@ -41,6 +41,10 @@ type (
 	fleetReloader interface {
 		reload(cfg *config.Config) error
 	}
+	// flowReloader is the flow-sync goroutine: peers, keys, rate bound.
+	flowReloader interface {
+		Reconfigure(c *config.FlowSync)
+	}
 	// vipLister is the control plane's list of the VIPs its rules still
 	// use, draining ones included (M5), and when the next drain ends. A
 	// control plane without it has only the configuration's VIPs.
@@ -64,6 +68,7 @@ type reloader struct {
 	cp    configApplier
 	feeds *atomic.Pointer[map[string][]healthFeed]
 	fleet fleetReloader // nil without [bgp]
+	flows flowReloader  // nil without [flow_sync]
 	now   func() int64
 	log   *zap.Logger
 
@@ -212,6 +217,11 @@ func (r *reloader) apply(load func() (*config.Config, error)) error {
 		if err := r.fleet.reload(cfg); err != nil {
 			r.log.Error("bgp neighbors", zap.Error(err))
 		}
+	}
+	if r.flows != nil && cfg.FlowSync != nil {
+		// Peers, keys and the rate bound; the backends' fleet IDs come
+		// with the snapshot just published.
+		r.flows.Reconfigure(cfg.FlowSync)
 	}
 	// VIPs whose removed rules drain stay until the drain ends (M5).
 	keep, drainEnd := newVIPs, int64(0)
