@@ -539,15 +539,21 @@ func (s *Syncer) receiveLoop() {
 			continue
 		}
 		s.m.bytesRecv.Add(uint64(n))
-		if r := s.receive(buf[:n], from); r != reasonNone {
-			s.m.refused[r].Add(1)
-		}
+		s.receive(buf[:n], from)
 	}
 }
 
 // receive checks one datagram (source, authenticity, replay) and applies
-// its records; the reason it was refused, or reasonNone.
+// its records; the reason it was refused (counted), or reasonNone.
 func (s *Syncer) receive(msg []byte, from netip.AddrPort) reason {
+	r := s.accept(msg, from)
+	if r != reasonNone {
+		s.m.refused[r].Add(1)
+	}
+	return r
+}
+
+func (s *Syncer) accept(msg []byte, from netip.AddrPort) reason {
 	st := s.state.Load()
 	p := st.lookup(from)
 	if p == nil {
