@@ -635,7 +635,7 @@ func (s *Syncer) fleetFor(snap *dataplane.Snapshot) *fleetMap {
 	return fm
 }
 
-// apply merges records into the table.
+// apply merges records into the table (setting their keys' service).
 func (s *Syncer) apply(recs []Record, now int64) (stored int) {
 	fm := s.fleetFor(s.eng.Load())
 	tbl := s.eng.table()
@@ -646,10 +646,11 @@ func (s *Syncer) apply(recs []Record, now int64) (stored int) {
 			s.m.refused[reasonUnknownBackend].Add(1)
 			continue
 		}
-		k := r.Key
-		k.Service = t.service
+		// In place: a local key's address would escape (an interface
+		// call) and cost an allocation per record.
+		r.Key.Service = t.service
 		v := conntrack.Value{Backend: uint32(t.ref), Side: r.Side, IdleSec: t.idle, Peer: true}
-		switch tbl.Merge(&k, v, now-int64(r.AgeMs), now) {
+		switch tbl.Merge(&r.Key, v, now-int64(r.AgeMs), now) {
 		case conntrack.MergeStored:
 			s.m.stored.Add(1)
 			stored++
