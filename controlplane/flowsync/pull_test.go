@@ -17,7 +17,7 @@ import (
 // fillFlows puts n flows in tb: established own ones, a tenth from
 // peers, and half-open ones besides (never pulled); it returns how many
 // a pull should carry.
-func fillFlows(t testing.TB, tb *fakeTable, snap *dataplane.Snapshot, now int64, n int) int {
+func fillFlows(t testing.TB, tb testTable, snap *dataplane.Snapshot, now int64, n int) int {
 	web := backendOf(t, snap, svcWeb, webIPs[0])
 	dns := backendOf(t, snap, svcDNS, dnsIPs[0])
 	for i := range n {
@@ -115,7 +115,7 @@ func TestPull_Refusals(t *testing.T) {
 	// Not a peer (127.0.0.2 is loopback too).
 	c := testConfig(keyA)
 	c.Listen = netip.MustParseAddrPort("127.0.0.2:0")
-	eng := &fakeEngine{tbl: newFakeTable(1024)}
+	eng := &fakeEngine{tbl: newTestTable(t, 1024)}
 	eng.snap.Store(snap)
 	stranger, err := newSyncer(Options{Config: c}, eng)
 	if err != nil {
