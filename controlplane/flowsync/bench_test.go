@@ -3,9 +3,6 @@ package flowsync
 import (
 	"testing"
 	"time"
-
-	"xlb/conntrack"
-	"xlb/dataplane"
 )
 
 // BenchmarkEncode: records encoded and sealed into datagrams per second
@@ -66,6 +63,4 @@ func BenchmarkApply(b *testing.B) {
 		recs += per
 	}
 	b.ReportMetric(float64(recs)/b.Elapsed().Seconds(), "records/s")
-	_ = conntrack.MergeStored
-	_ = dataplane.SidePrimary
 }

@@ -2,7 +2,6 @@ package flowsync
 
 import (
 	"bytes"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -218,6 +217,6 @@ func BenchmarkPull1M(b *testing.B) {
 		}
 		b.ReportMetric(res.Took.Seconds(), "s/pull")
 		b.ReportMetric(float64(n)/res.Took.Seconds(), "flows/s")
-		b.Log(fmt.Sprintf("pulled %d flows in %v", n, res.Took))
+		b.Logf("pulled %d flows in %v", n, res.Took)
 	}
 }

@@ -336,9 +336,9 @@ func (s *Syncer) sendTick() {
 		s.sendRings(st, snap, now, wall)
 		s.refreshStep(st, snap, now, wall)
 		s.flush(st, wall)
-		if wall-s.lastSent >= heartbeatMs {
-			s.flushHeartbeat(st, wall)
-		}
+	}
+	if len(st.peers) > 0 && wall-s.lastSent >= heartbeatMs {
+		s.flushHeartbeat(st, wall) // with no snapshot yet too: "up" means alive
 	}
 	s.housekeeping(st, wall)
 }
