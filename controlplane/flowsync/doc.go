@@ -37,6 +37,11 @@
 // a sequence number seen before (repeat, a 1024-wide window per sender)
 // or below the window, or a sender clock more than 30 s from ours (stale).
 //
+// A datagram's source must be a configured peer exactly (address and
+// port: a Syncer sends from its Listen socket); a pull's source address
+// must be a peer's (its port is the puller's own; the puller dials from
+// its Listen address where that is not unspecified).
+//
 // Pull (pull.go): a starting instance with no kept table fetches every
 // live established entry (own and peer) of one peer over TCP, on the same
 // port, with the same keys: its request carries a fresh random nonce and

@@ -2,6 +2,7 @@ package flowsync
 
 import (
 	"context"
+	"math"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -153,9 +154,55 @@ func (r *fakeRing) len() int {
 	return len(r.q)
 }
 
+// testTable is a table the tests can fill and read.
+type testTable interface {
+	table
+	put(k conntrack.Key, v conntrack.Value, last int64)
+	get(k conntrack.Key) (conntrack.Entry, bool)
+	len() int
+	mergeCount() int64
+}
+
+func (t *fakeTable) mergeCount() int64 { return t.merges.Load() }
+
+// realTable is a *conntrack.Table for the tests, merges counted.
+type realTable struct {
+	*conntrack.Table
+	merges atomic.Int64
+}
+
+func (t *realTable) Merge(k *conntrack.Key, v conntrack.Value, lastUse, now int64) conntrack.MergeResult {
+	t.merges.Add(1)
+	return t.Table.Merge(k, v, lastUse, now)
+}
+
+func (t *realTable) put(k conntrack.Key, v conntrack.Value, last int64) { t.Upsert(&k, v, last) }
+
+// get reads an entry whatever its age (a clock far in the past).
+func (t *realTable) get(k conntrack.Key) (conntrack.Entry, bool) {
+	return t.Lookup(&k, math.MinInt64/2)
+}
+func (t *realTable) len() int          { return t.Len() }
+func (t *realTable) mergeCount() int64 { return t.merges.Load() }
+
+// useRealTable: the tests run on conntrack's table, not the fake (once
+// Merge and RangeBuckets are in the tree).
+var useRealTable = false
+
+func newTestTable(t testing.TB, capacity int) testTable {
+	if !useRealTable {
+		return newFakeTable(capacity)
+	}
+	tb, err := conntrack.New(max(capacity, conntrack.MinCapacity))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &realTable{Table: tb}
+}
+
 type fakeEngine struct {
 	snap atomic.Pointer[dataplane.Snapshot]
-	tbl  *fakeTable
+	tbl  testTable
 	rg   []*fakeRing
 }
 
@@ -237,7 +284,7 @@ type node struct {
 // ring; its workers' clock starts at 1,000,000 ms.
 func newNode(t testing.TB, snap *dataplane.Snapshot, capacity int, keys ...[32]byte) *node {
 	t.Helper()
-	eng := &fakeEngine{tbl: newFakeTable(capacity), rg: []*fakeRing{{size: 1 << 16}}}
+	eng := &fakeEngine{tbl: newTestTable(t, capacity), rg: []*fakeRing{{size: 1 << 16}}}
 	eng.snap.Store(snap)
 	clk := &testClock{}
 	clk.ms.Store(1_000_000)

@@ -336,9 +336,9 @@ func (s *Syncer) sendTick() {
 		s.sendRings(st, snap, now, wall)
 		s.refreshStep(st, snap, now, wall)
 		s.flush(st, wall)
-		if wall-s.lastSent >= heartbeatMs {
-			s.flushHeartbeat(st, wall)
-		}
+	}
+	if len(st.peers) > 0 && wall-s.lastSent >= heartbeatMs {
+		s.flushHeartbeat(st, wall) // with no snapshot yet too: "up" means alive
 	}
 	s.housekeeping(st, wall)
 }
@@ -539,15 +539,21 @@ func (s *Syncer) receiveLoop() {
 			continue
 		}
 		s.m.bytesRecv.Add(uint64(n))
-		if r := s.receive(buf[:n], from); r != reasonNone {
-			s.m.refused[r].Add(1)
-		}
+		s.receive(buf[:n], from)
 	}
 }
 
 // receive checks one datagram (source, authenticity, replay) and applies
-// its records; the reason it was refused, or reasonNone.
+// its records; the reason it was refused (counted), or reasonNone.
 func (s *Syncer) receive(msg []byte, from netip.AddrPort) reason {
+	r := s.accept(msg, from)
+	if r != reasonNone {
+		s.m.refused[r].Add(1)
+	}
+	return r
+}
+
+func (s *Syncer) accept(msg []byte, from netip.AddrPort) reason {
 	st := s.state.Load()
 	p := st.lookup(from)
 	if p == nil {
@@ -629,7 +635,7 @@ func (s *Syncer) fleetFor(snap *dataplane.Snapshot) *fleetMap {
 	return fm
 }
 
-// apply merges records into the table.
+// apply merges records into the table (setting their keys' service).
 func (s *Syncer) apply(recs []Record, now int64) (stored int) {
 	fm := s.fleetFor(s.eng.Load())
 	tbl := s.eng.table()
@@ -640,10 +646,11 @@ func (s *Syncer) apply(recs []Record, now int64) (stored int) {
 			s.m.refused[reasonUnknownBackend].Add(1)
 			continue
 		}
-		k := r.Key
-		k.Service = t.service
+		// In place: a local key's address would escape (an interface
+		// call) and cost an allocation per record.
+		r.Key.Service = t.service
 		v := conntrack.Value{Backend: uint32(t.ref), Side: r.Side, IdleSec: t.idle, Peer: true}
-		switch tbl.Merge(&k, v, now-int64(r.AgeMs), now) {
+		switch tbl.Merge(&r.Key, v, now-int64(r.AgeMs), now) {
 		case conntrack.MergeStored:
 			s.m.stored.Add(1)
 			stored++
