@@ -14,112 +14,6 @@ import (
 	"xlb/dataplane"
 )
 
-// Until conntrack's Merge and RangeBuckets and dataplane's SyncRing exist
-// (other parts of issue 19), the tests run on fakes behind the package's
-// small interfaces (engine.go). fakeTable follows Merge's documented
-// rules; its buckets are fakePerBucket consecutive keys in insertion order.
-
-const fakePerBucket = 8
-
-type fakeEntry struct {
-	v    conntrack.Value
-	last int64
-}
-
-type fakeTable struct {
-	mu     sync.Mutex
-	keys   []conntrack.Key
-	m      map[conntrack.Key]*fakeEntry
-	cap    int
-	merges atomic.Int64
-}
-
-func newFakeTable(capacity int) *fakeTable {
-	return &fakeTable{m: map[conntrack.Key]*fakeEntry{}, cap: capacity}
-}
-
-func fakeExpired(v conntrack.Value, last, now int64) bool {
-	return now-last >= int64(max(v.IdleSec, 1))*1000
-}
-
-// put stores an entry as a worker would.
-func (t *fakeTable) put(k conntrack.Key, v conntrack.Value, last int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, ok := t.m[k]; !ok {
-		t.keys = append(t.keys, k)
-	}
-	t.m[k] = &fakeEntry{v, last}
-}
-
-func (t *fakeTable) get(k conntrack.Key) (conntrack.Entry, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	e, ok := t.m[k]
-	if !ok {
-		return conntrack.Entry{}, false
-	}
-	return conntrack.Entry{Value: e.v, LastUse: e.last}, true
-}
-
-func (t *fakeTable) len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.m)
-}
-
-func (t *fakeTable) Merge(k *conntrack.Key, v conntrack.Value, lastUse, now int64) conntrack.MergeResult {
-	t.merges.Add(1)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if fakeExpired(v, lastUse, now) {
-		return conntrack.MergeExpired
-	}
-	e, ok := t.m[*k]
-	if ok && !fakeExpired(e.v, e.last, now) {
-		switch {
-		case e.v.Backend == v.Backend:
-			e.last = max(e.last, lastUse)
-			e.v.HalfOpen = false
-			return conntrack.MergeRefreshed
-		case !e.v.HalfOpen:
-			return conntrack.MergeConflict
-		}
-	}
-	if !ok {
-		if len(t.m) >= t.cap {
-			return conntrack.MergeRefused
-		}
-		t.keys = append(t.keys, *k)
-	}
-	t.m[*k] = &fakeEntry{v, lastUse}
-	return conntrack.MergeStored
-}
-
-func (t *fakeTable) Buckets() int  { return t.cap / fakePerBucket }
-func (t *fakeTable) Capacity() int { return t.cap }
-
-func (t *fakeTable) RangeBuckets(from, to int, now int64, fn func(k conntrack.Key, e conntrack.Entry) bool) {
-	type kv struct {
-		k conntrack.Key
-		e conntrack.Entry
-	}
-	var got []kv
-	t.mu.Lock()
-	for i := from * fakePerBucket; i < to*fakePerBucket && i < len(t.keys); i++ {
-		e := t.m[t.keys[i]]
-		if !fakeExpired(e.v, e.last, now) {
-			got = append(got, kv{t.keys[i], conntrack.Entry{Value: e.v, LastUse: e.last}})
-		}
-	}
-	t.mu.Unlock()
-	for _, g := range got {
-		if !fn(g.k, g.e) {
-			return
-		}
-	}
-}
-
 type fakeRing struct {
 	mu    sync.Mutex
 	q     []dataplane.SyncRecord
@@ -163,8 +57,6 @@ type testTable interface {
 	mergeCount() int64
 }
 
-func (t *fakeTable) mergeCount() int64 { return t.merges.Load() }
-
 // realTable is a *conntrack.Table for the tests, merges counted.
 type realTable struct {
 	*conntrack.Table
@@ -185,14 +77,7 @@ func (t *realTable) get(k conntrack.Key) (conntrack.Entry, bool) {
 func (t *realTable) len() int          { return t.Len() }
 func (t *realTable) mergeCount() int64 { return t.merges.Load() }
 
-// useRealTable: the tests run on conntrack's table, not the fake (once
-// Merge and RangeBuckets are in the tree).
-var useRealTable = false
-
 func newTestTable(t testing.TB, capacity int) testTable {
-	if !useRealTable {
-		return newFakeTable(capacity)
-	}
 	tb, err := conntrack.New(max(capacity, conntrack.MinCapacity))
 	if err != nil {
 		t.Fatal(err)
