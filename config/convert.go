@@ -89,6 +89,9 @@ func (c *converter) convert(r *rawFile) *Config {
 	if r.BGP != nil {
 		cfg.BGP = c.bgp(r.BGP)
 	}
+	if r.FlowSync != nil {
+		cfg.FlowSync = c.flowSync(r.FlowSync, cfg)
+	}
 	return cfg
 }
 

@@ -42,7 +42,8 @@ type FlowSync struct {
 	PullOnStart bool
 	PullTimeout time.Duration
 	// MaxRecordsPerSec bounds the records this instance sends each second
-	// (new flows and refreshes together).
+	// (new flows and refreshes together); ours, not in the schema's
+	// first draft.
 	MaxRecordsPerSec int
 }
 
