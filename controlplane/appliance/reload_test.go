@@ -182,7 +182,8 @@ func TestX2_ReloadRejected(t *testing.T) {
 		{"no interface", ctlConfig, "dataplane.interface"},
 		{"ring size", ctlConfig + reloadDataplane + "ring_size = 4096\n", "dataplane.ring_size changed: restart required"},
 		{"interface", ctlConfig + "[dataplane]\ninterface = \"eth1\"\n", "dataplane.interface changed: restart required"},
-		{"state dir", ctlConfig + reloadDataplane + "state_dir = \"/run/xlb\"\n", "dataplane.state_dir changed: restart required"},
+		// The rig keeps the default, /run/xlb: turning keeping off is a change.
+		{"state dir", ctlConfig + reloadDataplane + "state_dir = \"\"\n", "dataplane.state_dir changed: restart required"},
 		{"user", ctlConfig + reloadDataplane + "user = \"nobody\"\n", "dataplane.user changed: restart required"},
 		{"admin", ctlConfig + reloadDataplane + "[admin]\nlisten = \"127.0.0.1:9999\"\n", "admin.listen changed: restart required"},
 	} {

@@ -35,10 +35,7 @@ func TestStateDir_Hostile(t *testing.T) {
 	must(t, os.Mkdir(dir, 0o700))
 	must(t, os.Chmod(dir, 0o770))
 	cfg := writeConfig(t, b)
-	raw, err := os.ReadFile(cfg)
-	must(t, err)
-	text := strings.Replace(string(raw), "[dataplane]\n", fmt.Sprintf("[dataplane]\nstate_dir = %q\n", dir), 1)
-	must(t, os.WriteFile(cfg, []byte(text), 0o644))
+	keepIn(t, cfg, dir)
 
 	// Refused: exit 1, one line, nothing attached or written.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -46,7 +43,7 @@ func TestStateDir_Hostile(t *testing.T) {
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", b.LB.NS, xlbBin, "run", "-c", cfg)
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
+	err := cmd.Run()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 		t.Errorf("xlb on a group-writable state_dir: %v, want exit status 1", err)
