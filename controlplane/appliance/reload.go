@@ -365,7 +365,8 @@ func (r *reloader) report() *admin.ReloadReport {
 
 // restartNeeded names every [dataplane] and [admin] setting that differs:
 // sockets, queues, rings, the conntrack table and the listener are made
-// once, at start.
+// once, at start; and those of [bgp] and [flow_sync] that only a restart
+// applies (the speaker's identity, the sync sockets).
 func restartNeeded(old, cfg *config.Config) error {
 	a, b := &old.Dataplane, &cfg.Dataplane
 	var errs []error
@@ -390,6 +391,9 @@ func restartNeeded(old, cfg *config.Config) error {
 	diff("admin.socket", old.Admin.Socket == cfg.Admin.Socket)
 	diff("admin.pprof", old.Admin.Pprof == cfg.Admin.Pprof)
 	for _, f := range config.BGPRestartFields(old.BGP, cfg.BGP) {
+		diff(f, false)
+	}
+	for _, f := range config.FlowSyncRestartFields(old.FlowSync, cfg.FlowSync) {
 		diff(f, false)
 	}
 	return errors.Join(errs...)

@@ -213,6 +213,9 @@ func (s *stack) neighbours() error {
 	if _, ok := errors.AsType[errStateDir](err); ok {
 		return err
 	}
+	if _, ok := errors.AsType[errStateDirInUse](err); ok {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("conntrack: %w", err)
 	}
@@ -231,6 +234,11 @@ func (s *stack) neighbours() error {
 	s.ct, s.engine = ct, dataplane.NewEngine(ct)
 	s.engine.OnTableFault(s.tableFaulted)
 	s.restore, s.keep = restore, keep
+	if keep != nil {
+		// Undone after everything started later: the workers and the
+		// keeper's last save are done with the directory by then.
+		s.undo = append(s.undo, keep.lock.release)
+	}
 	s.engine.SetFloodLimits(dataplane.FloodLimitsOf(&s.cfg.Dataplane))
 	res, err := neigh.New(s.cfg.Dataplane.Interface, s.base.Named("neigh")) // it names the interface itself
 	if err != nil {

@@ -115,6 +115,7 @@ zero_copy = "auto"
 frame_size = 2048
 ring_size = 512
 conntrack_capacity = 65536
+state_dir = ""
 
 [admin]
 listen = "0.0.0.0:%d"
@@ -186,6 +187,7 @@ func (f *fleet) writeConfig(t *testing.T, j int, neighbors string) {
 func (f *fleet) start(t *testing.T, j int) *xlbProc {
 	t.Helper()
 	in := f.bed.Instances[j]
+	ownStateDir(t, f.cfgs[j])
 	p := &xlbProc{bed: f.bed, log: &syncbuf.Buffer{}, exited: make(chan struct{}),
 		cmd: exec.Command("ip", "netns", "exec", in.NS, xlbBin, "run", "-c", f.cfgs[j])}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log

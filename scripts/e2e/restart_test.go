@@ -123,10 +123,7 @@ func upOffChoice(t *testing.T, prefix string) *offChoiceBed {
 	o := &offChoiceBed{t: t, b: b, web: netip.AddrPortFrom(testbed.VIP4, testbed.HTTPPort), stateDir: t.TempDir()}
 	o.cfg = faultConfig(t, b, 2, 2, faultSvc{name: "web", port: o.web.Port(),
 		primaries: []string{"b1", "b2", "b3"}, keys: `locality_lb_policy = "WEIGHTED_MAGLEV"`})
-	raw, err := os.ReadFile(o.cfg)
-	must(t, err)
-	text := strings.Replace(string(raw), "[dataplane]\n", fmt.Sprintf("[dataplane]\nstate_dir = %q\n", o.stateDir), 1)
-	must(t, os.WriteFile(o.cfg, []byte(text), 0o644))
+	keepIn(t, o.cfg, o.stateDir)
 
 	o.p = startXLB(t, b, o.cfg)
 	o.weightsAre("weights 1, 4, 0", map[string]uint32{"b1": 1, "b2": 4, "b3": 0})
