@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,48 +13,22 @@ import (
 	"xlb/dataplane"
 )
 
-type fakeRing struct {
-	mu    sync.Mutex
-	q     []dataplane.SyncRecord
-	size  int
-	drops atomic.Uint64
-}
-
-func (r *fakeRing) Push(rec *dataplane.SyncRecord) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.q) >= r.size {
-		r.drops.Add(1)
-		return false
+// drain pops what is left in a ring (the syncer not running) and
+// returns how many records that was.
+func drain(r *dataplane.SyncRing) int {
+	buf := make([]dataplane.SyncRecord, 256)
+	n := 0
+	for {
+		k := r.Pop(buf)
+		if k == 0 {
+			return n
+		}
+		n += k
 	}
-	r.q = append(r.q, *rec)
-	return true
 }
 
-func (r *fakeRing) Pop(dst []dataplane.SyncRecord) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := copy(dst, r.q)
-	r.q = r.q[n:]
-	return n
-}
-
-func (r *fakeRing) Drops() uint64 { return r.drops.Load() }
-
-func (r *fakeRing) len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.q)
-}
-
-// testTable is a table the tests can fill and read.
-type testTable interface {
-	table
-	put(k conntrack.Key, v conntrack.Value, last int64)
-	get(k conntrack.Key) (conntrack.Entry, bool)
-	len() int
-	mergeCount() int64
-}
+// testTable is the table of a test's engine, which the test fills and reads.
+type testTable = *realTable
 
 // realTable is a *conntrack.Table for the tests, merges counted.
 type realTable struct {
@@ -88,7 +61,7 @@ func newTestTable(t testing.TB, capacity int) testTable {
 type fakeEngine struct {
 	snap atomic.Pointer[dataplane.Snapshot]
 	tbl  testTable
-	rg   []*fakeRing
+	rg   []*dataplane.SyncRing
 }
 
 func (e *fakeEngine) Load() *dataplane.Snapshot { return e.snap.Load() }
@@ -169,7 +142,7 @@ type node struct {
 // ring; its workers' clock starts at 1,000,000 ms.
 func newNode(t testing.TB, snap *dataplane.Snapshot, capacity int, keys ...[32]byte) *node {
 	t.Helper()
-	eng := &fakeEngine{tbl: newTestTable(t, capacity), rg: []*fakeRing{{size: 1 << 16}}}
+	eng := &fakeEngine{tbl: newTestTable(t, capacity), rg: []*dataplane.SyncRing{dataplane.NewSyncRing(1 << 16)}}
 	eng.snap.Store(snap)
 	clk := &testClock{}
 	clk.ms.Store(1_000_000)
