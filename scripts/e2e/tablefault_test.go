@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -33,7 +32,7 @@ func TestTableFile_TruncatedUnderXLB(t *testing.T) {
 	cfg := faultConfig(t, b, 2, 2, faultSvc{name: "web", port: web.Port(), primaries: []string{"b1", "b2", "b3"}})
 	raw, err := os.ReadFile(cfg)
 	must(t, err)
-	text := strings.Replace(string(raw), "[dataplane]\n", fmt.Sprintf("[dataplane]\nstate_dir = %q\n", stateDir), 1)
+	text := withStateDir(t, string(raw), stateDir)
 	must(t, os.WriteFile(cfg, []byte(text), 0o644))
 	table := filepath.Join(stateDir, "conntrack")
 
