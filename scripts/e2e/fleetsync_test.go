@@ -59,8 +59,10 @@ const fsDrain = 600
 //     an empty state_dir: it pulls the table and the flows that come back
 //     to it keep their backends, the draining b2 included.
 //   - BadPeer: datagrams spoofed from l2's flow-sync address to l1's, of
-//     garbage, truncated, of an unknown version and sealed with a key
-//     l1 does not have: refused and counted by reason, nothing stored,
+//     garbage, cut short, of an unknown version, sealed with a key l1
+//     does not have, a repeat and a stale one of the fleet's key, and
+//     one from the router (no peer): refused and counted by reason
+//     (malformed, version, key, repeat, stale, peer), nothing stored,
 //     the connections untouched.
 //
 // Not parallel, as TestFleet: the connections want the cores. Every wait
@@ -121,6 +123,7 @@ type fleetSync struct {
 	f         *fleet
 	stateDirs []string
 	keyFile   string
+	key       [32]byte
 	backends  []string // of the web services now
 	weighted  bool     // WEIGHTED_MAGLEV
 }
@@ -132,9 +135,8 @@ func upFleetSync(t *testing.T) *fleetSync {
 	s := &fleetSync{backends: []string{"b1", "b2", "b3"}}
 	dir := t.TempDir()
 	s.keyFile = filepath.Join(dir, "flow-sync.key")
-	var key [32]byte
-	must(t, readRandom(key[:]))
-	must(t, os.WriteFile(s.keyFile, fmt.Appendf(nil, "%x\n", key), 0o600))
+	must(t, readRandom(s.key[:]))
+	must(t, os.WriteFile(s.keyFile, fmt.Appendf(nil, "%x\n", s.key), 0o600))
 	for range 3 {
 		s.stateDirs = append(s.stateDirs, t.TempDir())
 	}
@@ -393,8 +395,8 @@ func (s *fleetSync) removeDrainThenRouterRestart(t *testing.T, tr *traffic) {
 	s.checkConns(t, tr, "b2 removed and weights changed, then the router restarted", alive, down)
 }
 
-// badPeer sends l1 datagrams from l2's flow-sync address that must be
-// refused.
+// badPeer sends l1 datagrams from l2's flow-sync address (and one from
+// the router's) that must be refused.
 func (s *fleetSync) badPeer(t *testing.T, tr *traffic) {
 	f := s.f
 	alive := tr.alive()
@@ -421,22 +423,42 @@ func (s *fleetSync) badPeer(t *testing.T, tr *traffic) {
 	// but with another key.
 	rec := fsRecord(f.bed.Clients[0].Addr4, testbed.VIP4, 40000, testbed.HTTPPort,
 		dataplane.FleetID("web", f.bed.Backend("b3").Addr4))
-	sealed := fsSeal(&wrongKey, 1, rec)
-	unknownVersion := fsSeal(&wrongKey, 1, rec)
+	now := time.Now()
+	sender := func() uint64 {
+		var b [8]byte
+		must(t, readRandom(b[:]))
+		return binary.BigEndian.Uint64(b[:])
+	}
+	sealed := fsSeal(&wrongKey, sender(), 1, now, rec)
+	unknownVersion := fsSeal(&s.key, sender(), 1, now, rec)
 	unknownVersion[4] = 9
+	// With the fleet's key, no records (a heartbeat): the first is taken,
+	// the same again is a repeat; one a minute old is stale; one from the
+	// router, which is no peer, is refused for that.
+	heartbeat := fsSeal(&s.key, sender(), 1, now, nil)
+	old := fsSeal(&s.key, sender(), 1, now.Add(-time.Minute), nil)
+	router := netip.AddrPortFrom(f.bed.Router.Addr4, fsPort)
 	sends := []struct {
 		what, reason string
+		from         netip.AddrPort
+		ns           string
 		msg          []byte
 	}{
-		{"200 random bytes", "malformed", garbage},
-		{"a header cut short", "malformed", sealed[:30]},
-		{"version 9", "version", unknownVersion},
-		{"sealed with another key", "key", sealed},
+		{"200 random bytes", "malformed", src, f.bed.Instances[1].NS, garbage},
+		{"a header cut short", "malformed", src, f.bed.Instances[1].NS, sealed[:30]},
+		{"version 9", "version", src, f.bed.Instances[1].NS, unknownVersion},
+		{"records sealed with another key", "key", src, f.bed.Instances[1].NS, sealed},
+		{"a heartbeat with the key", "", src, f.bed.Instances[1].NS, heartbeat},
+		{"the same heartbeat again", "repeat", src, f.bed.Instances[1].NS, heartbeat},
+		{"a heartbeat a minute old", "stale", src, f.bed.Instances[1].NS, old},
+		{"a heartbeat from the router", "peer", router, f.bed.Router.NS, fsSeal(&s.key, sender(), 1, now, nil)},
 	}
 	want := map[string]float64{}
 	for _, x := range sends {
-		must(t, spoofUDP(f.bed.Instances[1].NS, src, dst, x.msg))
-		want[x.reason]++
+		must(t, spoofUDP(x.ns, x.from, dst, x.msg))
+		if x.reason != "" {
+			want[x.reason]++
+		}
 	}
 	deadline := time.Now().Add(fleetWait)
 	for {
@@ -693,20 +715,17 @@ func fsRecord(src, dst netip.Addr, sport, dport uint16, fleetID uint64) []byte {
 }
 
 // fsSeal makes a records datagram (kind 1) as a peer with key would: the
-// header in the clear (magic, version 1, kind, key ID, a random sender
-// ID, seq, wall clock) authenticated, body sealed with AES-256-GCM under
+// header in the clear (magic, version 1, kind, key ID, sender ID, seq,
+// wall clock) authenticated, body sealed with AES-256-GCM under
 // HKDF-SHA256(key, sender ID), the nonce from seq.
-func fsSeal(key *[32]byte, seq uint64, body []byte) []byte {
-	var sid [8]byte
-	if err := readRandom(sid[:]); err != nil {
-		panic(err)
-	}
+func fsSeal(key *[32]byte, sender, seq uint64, wall time.Time, body []byte) []byte {
+	sid := binary.BigEndian.AppendUint64(nil, sender)
 	kid := sha256.Sum256(key[:])
 	h := append([]byte("XLBF"), 1, 1, 0, 0)
 	h = append(h, kid[:4]...)
 	h = append(h, sid[:]...)
 	h = binary.BigEndian.AppendUint64(h, seq)
-	h = binary.BigEndian.AppendUint64(h, uint64(time.Now().UnixMilli()))
+	h = binary.BigEndian.AppendUint64(h, uint64(wall.UnixMilli()))
 	dk, err := hkdf.Key(sha256.New, key[:], sid[:], "xlb flow sync v1", 32)
 	if err != nil {
 		panic(err)
