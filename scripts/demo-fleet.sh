@@ -136,7 +136,7 @@ config() {
 	xdp_mode = "native"
 	ring_size = 512
 	conntrack_capacity = 65536
-	state_dir = "$TMP/l$j.state"     # one each: the instances share the file system
+	state_dir = "$TMP/l$j.state"     # one each: the default, /run/xlb, is the host's
 
 	[admin]
 	listen = "0.0.0.0:$ADMIN_PORT"   # read-only: the router for status --fleet

@@ -116,7 +116,6 @@ zero_copy = "auto"
 frame_size = 2048
 ring_size = 512
 conntrack_capacity = 65536
-state_dir = ""
 
 [admin]
 listen = "127.0.0.1:9110"
@@ -167,25 +166,4 @@ func writeConfig(t *testing.T, b *testbed.Bed) string {
 		t.Fatal(err)
 	}
 	return path
-}
-
-// noStateDir is the state_dir line of the tests' configurations: nothing
-// kept across restarts, unless a test about it says otherwise, and never
-// the default /run/xlb, which the namespaces' xlbs would share (the table
-// file's lock lets one of them start) and which TestRestart_DefaultStateDir
-// alone uses.
-const noStateDir = "state_dir = \"\"\n"
-
-// withStateDir is a configuration text with its state_dir line set to dir;
-// dir "default" removes the line, so that the default applies.
-func withStateDir(t *testing.T, text, dir string) string {
-	t.Helper()
-	if !strings.Contains(text, "\n"+noStateDir) {
-		t.Fatalf("the configuration has no line %q to change", noStateDir)
-	}
-	line := ""
-	if dir != "default" {
-		line = fmt.Sprintf("state_dir = %q\n", dir)
-	}
-	return strings.Replace(text, "\n"+noStateDir, "\n"+line, 1)
 }

@@ -47,7 +47,6 @@ queues = "all"
 xdp_mode = "native"
 ring_size = 512
 conntrack_capacity = 65536
-state_dir = ""
 
 [admin]
 listen = %q

@@ -123,7 +123,7 @@ asn = %d
 hold_time_sec = %d
 graceful_shutdown_sec = %d
 %s`, testbed.InstanceASN, int(fleetHold/time.Second), int(fleetGrace/time.Second), neighbors)
-	return fmt.Sprintf(`
+	text := fmt.Sprintf(`
 [dataplane]
 interface = %q
 queues = "all"
@@ -132,7 +132,7 @@ zero_copy = "auto"
 frame_size = 2048
 ring_size = 512
 conntrack_capacity = 65536
-state_dir = %q
+state_dir = ""
 
 [admin]
 listen = "0.0.0.0:%d"
@@ -147,9 +147,13 @@ check_interval_sec = 1
 timeout_sec = 1
 healthy_threshold = 1
 unhealthy_threshold = 1
-`, in.Iface, o.stateDir, fleetAdminPort, adminSocket(in.NS), testbed.HTTPPort) +
+`, in.Iface, fleetAdminPort, adminSocket(in.NS), testbed.HTTPPort) +
 		svc("web", false) + svc("web6", true) +
 		rule("web-v4", testbed.VIP4, "web") + rule("web-v6", testbed.VIP6, "web6") + bgp + o.more
+	if o.stateDir != "" {
+		text = strings.Replace(text, "\nstate_dir = \"\"\n", fmt.Sprintf("\nstate_dir = %q\n", o.stateDir), 1)
+	}
+	return text
 }
 
 // upFleet brings the fleet bed up with three instances and writes their

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,6 +85,20 @@ func TestRestart_DefaultStateDir(t *testing.T) {
 		t.Errorf("xlb without state_dir keeps no table in %s: %v", defaultStateDir, err)
 	}
 	o.restart("default state_dir: after SIGTERM and a restart", o.p.stop, xlbBin, tableKept)
+}
+
+// stateDirLine is a state_dir line of a configuration text.
+var stateDirLine = regexp.MustCompile(`(?m)^state_dir = .*\n`)
+
+// setStateDir is a configuration text with its state_dir set to dir:
+// its state_dir line replaced, or one added; dir "default" leaves none,
+// so that the default applies.
+func setStateDir(text, dir string) string {
+	text = stateDirLine.ReplaceAllString(text, "")
+	if dir == "default" {
+		return text
+	}
+	return strings.Replace(text, "[dataplane]\n", fmt.Sprintf("[dataplane]\nstate_dir = %q\n", dir), 1)
 }
 
 // cleanDefaultStateDir fails t when /run/xlb holds another xlb's files
@@ -189,8 +204,7 @@ func upOffChoiceWith(t *testing.T, prefix, stateDir string, conns int) *offChoic
 		primaries: []string{"b1", "b2", "b3"}, keys: `locality_lb_policy = "WEIGHTED_MAGLEV"`})
 	raw, err := os.ReadFile(o.cfg)
 	must(t, err)
-	text := withStateDir(t, string(raw), o.stateDir)
-	must(t, os.WriteFile(o.cfg, []byte(text), 0o644))
+	must(t, os.WriteFile(o.cfg, []byte(setStateDir(string(raw), o.stateDir)), 0o644))
 	if o.stateDir == "default" {
 		o.stateDir = defaultStateDir
 	}

@@ -36,7 +36,7 @@ func TestStateDir_Hostile(t *testing.T) {
 	cfg := writeConfig(t, b)
 	raw, err := os.ReadFile(cfg)
 	must(t, err)
-	text := withStateDir(t, string(raw), dir)
+	text := strings.Replace(string(raw), "[dataplane]\n", fmt.Sprintf("[dataplane]\nstate_dir = %q\n", dir), 1)
 	must(t, os.WriteFile(cfg, []byte(text), 0o644))
 
 	// Refused: exit 1, one line, nothing attached or written.

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -32,7 +33,7 @@ func TestTableFile_TruncatedUnderXLB(t *testing.T) {
 	cfg := faultConfig(t, b, 2, 2, faultSvc{name: "web", port: web.Port(), primaries: []string{"b1", "b2", "b3"}})
 	raw, err := os.ReadFile(cfg)
 	must(t, err)
-	text := withStateDir(t, string(raw), stateDir)
+	text := strings.Replace(string(raw), "[dataplane]\n", fmt.Sprintf("[dataplane]\nstate_dir = %q\n", stateDir), 1)
 	must(t, os.WriteFile(cfg, []byte(text), 0o644))
 	table := filepath.Join(stateDir, "conntrack")
 

@@ -24,8 +24,6 @@ func demoConfig(t *testing.T, b *testbed.Bed) string {
 	}
 	text := strings.Replace(string(raw), iface, fmt.Sprintf("interface = %q", b.LB.Iface), 1)
 	text = strings.Replace(text, "\n[admin]\n", fmt.Sprintf("\n[admin]\nsocket = %q\n", adminSocket(b.LB.NS)), 1)
-	// Not /run/xlb, the default: TestRestart_DefaultStateDir's alone.
-	text = strings.Replace(text, "\n[dataplane]\n", "\n[dataplane]\nstate_dir = \"\"\n", 1)
 	path := filepath.Join(t.TempDir(), "demo.toml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
