@@ -18,6 +18,9 @@ const (
 	defaultConntrackCapacity = 4194304
 	defaultAdminListen       = "127.0.0.1:9110"
 	defaultAdminSocket       = "/run/xlb/admin.sock"
+	// defaultStateDir keeps tracked flows across restarts unless the file
+	// says state_dir = "" (the socket's directory: one for xlb's files).
+	defaultStateDir = "/run/xlb"
 	// maxSocketPath leaves room in sun_path (108 bytes with its NUL) for
 	// the private directory the socket is made in before it is renamed
 	// into place (admin.ListenSocket).
@@ -89,6 +92,9 @@ func (c *converter) convert(r *rawFile) *Config {
 	if r.BGP != nil {
 		cfg.BGP = c.bgp(r.BGP)
 	}
+	if r.FlowSync != nil {
+		cfg.FlowSync = c.flowSync(r.FlowSync, cfg)
+	}
 	return cfg
 }
 
@@ -103,7 +109,7 @@ func (c *converter) dataplane(r *rawDataplane) Dataplane {
 		ConntrackCapacity:      int(c.integer(p+".conntrack_capacity", r.ConntrackCapacity, defaultConntrackCapacity, minConntrackCapacity, maxConntrackCapacity)),
 		ConntrackSYNTimeoutSec: int(c.integer(p+".conntrack_syn_timeout_sec", r.ConntrackSYNTimeout, defaultSYNTimeoutSec, 1, maxSYNTimeoutSec)),
 		ConntrackNewEntryRate:  int(c.integer(p+".conntrack_new_entry_rate", r.ConntrackNewEntryRate, 0, 0, maxNewEntryRate)),
-		StateDir:               c.str(p+".state_dir", r.StateDir, ""),
+		StateDir:               c.str(p+".state_dir", r.StateDir, defaultStateDir),
 	}
 	if user, ok := c.text(p+".user", r.User); ok && !validUserName(user) {
 		c.add(p+".user", "%q is neither a user name nor a uid", user)

@@ -21,6 +21,11 @@ func FuzzParse(f *testing.F) {
 	if bgp, err := os.ReadFile(bgpExamplePath); err == nil {
 		f.Add(append([]byte(valid), bgp...))
 	}
+	// Its key file is absent here: the seed exercises the section's checks
+	// up to the read.
+	if fs, err := os.ReadFile(flowSyncExamplePath); err == nil {
+		f.Add(append([]byte(valid), fs...))
+	}
 	f.Add([]byte("health_check = [{ name = \"hc\", type = \"TCP\" }]\n\"a\\u0062\" = '''\n'''\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse("fuzz.toml", data)

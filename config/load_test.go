@@ -112,6 +112,7 @@ func TestDefaults(t *testing.T) {
 		Dataplane: Dataplane{
 			AllQueues: true, XDPMode: XDPAuto, ZeroCopy: ZeroCopyAuto,
 			FrameSize: 4096, RingSize: 2048, ConntrackCapacity: 4194304, ConntrackSYNTimeoutSec: 5,
+			StateDir: "/run/xlb", // kept unless the file says state_dir = ""
 		},
 		Admin: Admin{Listen: "127.0.0.1:9110", Socket: "/run/xlb/admin.sock"},
 		HealthChecks: []HealthCheck{{
@@ -158,16 +159,36 @@ func TestF1_FailoverPolicy(t *testing.T) {
 func TestDataplaneSettings(t *testing.T) {
 	cfg := mustParse(t, file("[dataplane]", `interface = "ens5f0"`, "queues = [0, 3]", "cpus = [4, 5]",
 		`xdp_mode = "generic"`, `zero_copy = "off"`, "frame_size = 2048", "ring_size = 64", "conntrack_capacity = 1024", "conntrack_syn_timeout_sec = 3", "conntrack_new_entry_rate = 50000",
-		`state_dir = "/run/xlb"`, `user = "xlb"`,
+		`state_dir = "/run/xlb-a"`, `user = "xlb"`,
 		"[admin]", `listen = "[::1]:9000"`)+valid)
 	want := Dataplane{Interface: "ens5f0", Queues: []int{0, 3}, CPUs: []int{4, 5}, XDPMode: XDPGeneric,
-		ZeroCopy: ZeroCopyOff, FrameSize: 2048, RingSize: 64, ConntrackCapacity: 1024, ConntrackSYNTimeoutSec: 3, ConntrackNewEntryRate: 50000, StateDir: "/run/xlb", User: "xlb"}
+		ZeroCopy: ZeroCopyOff, FrameSize: 2048, RingSize: 64, ConntrackCapacity: 1024, ConntrackSYNTimeoutSec: 3, ConntrackNewEntryRate: 50000, StateDir: "/run/xlb-a", User: "xlb"}
 	if !reflect.DeepEqual(cfg.Dataplane, want) {
 		t.Errorf("got %+v, want %+v", cfg.Dataplane, want)
 	}
 	if cfg.Admin.Listen != "[::1]:9000" {
 		t.Errorf("listen %q", cfg.Admin.Listen)
 	}
+}
+
+// TestStateDirDefault: tracked flows are kept in /run/xlb unless the file
+// turns keeping off with an explicit state_dir = "" (absent and empty
+// differ); a [dataplane] without the key keeps the default too.
+func TestStateDirDefault(t *testing.T) {
+	for _, tc := range []struct{ name, src, want string }{
+		{"NoDataplane", valid, "/run/xlb"},
+		{"DataplaneWithoutKey", file("[dataplane]", `interface = "eth1"`) + valid, "/run/xlb"},
+		{"Empty", file("[dataplane]", `state_dir = ""`) + valid, ""},
+		{"EmptyLiteral", file("[dataplane]", `state_dir = ''`) + valid, ""},
+		{"Other", file("[dataplane]", `state_dir = "/run/xlb-b"`) + valid, "/run/xlb-b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := mustParse(t, tc.src).Dataplane.StateDir; got != tc.want {
+				t.Errorf("state_dir %q, want %q", got, tc.want)
+			}
+		})
+	}
+	wantError(t, file("[dataplane]", `state_dir = false # <-`)+valid, "dataplane.state_dir", "expected a string, got boolean false", false)
 }
 
 func TestValidateForRun(t *testing.T) {

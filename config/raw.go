@@ -24,6 +24,8 @@ type rawFile struct {
 	// BGP is nil when the file has no [bgp]: the section is optional as a
 	// whole, and its required keys are required only when it is there.
 	BGP *rawBGP `toml:"bgp"`
+	// FlowSync is nil when the file has no [flow_sync], as BGP.
+	FlowSync *rawFlowSync `toml:"flow_sync"`
 }
 
 type rawDataplane struct {

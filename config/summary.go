@@ -16,7 +16,8 @@ func (c *Config) ValidateForRun() error {
 
 // Summary describes the configuration in one line, e.g.
 // "3 rules on 2 VIPs, 2 services, 7 backends (5 primary, 2 failover), 1 health check",
-// followed by ", BGP AS 65010 with 2 neighbors" when the file has [bgp].
+// followed by ", BGP AS 65010 with 2 neighbors" when the file has [bgp]
+// and ", flow sync with 2 peers" when it has [flow_sync].
 func (c *Config) Summary() string {
 	vips := map[netip.Addr]bool{}
 	for _, r := range c.Rules {
@@ -37,6 +38,9 @@ func (c *Config) Summary() string {
 		count(primary+failover, "backend"), primary, failover, count(len(c.HealthChecks), "health check"))
 	if c.BGP != nil {
 		s += fmt.Sprintf(", BGP AS %d with %s", c.BGP.ASN, count(len(c.BGP.Neighbors), "neighbor"))
+	}
+	if c.FlowSync != nil {
+		s += ", flow sync with " + count(len(c.FlowSync.Peers), "peer")
 	}
 	return s
 }

@@ -42,7 +42,8 @@ type FlowSync struct {
 	PullOnStart bool
 	PullTimeout time.Duration
 	// MaxRecordsPerSec bounds the records this instance sends each second
-	// (new flows and refreshes together).
+	// (new flows and refreshes together); ours, not in the schema's
+	// first draft.
 	MaxRecordsPerSec int
 }
 
@@ -66,7 +67,8 @@ type Dataplane struct {
 	// second; over it new flows are forwarded unrecorded. 0: no limit.
 	ConntrackNewEntryRate int
 	// StateDir keeps the conntrack table and the control plane's state
-	// across `xlb run` processes ("": not kept).
+	// across `xlb run` processes: "/run/xlb" when the file does not say,
+	// "" (written as state_dir = "") when nothing is kept.
 	StateDir string
 	// User is who `xlb run` runs as once started: a user name or a
 	// decimal uid, its primary group from the user database ("": the user

@@ -64,8 +64,10 @@
 // next slots of the probe order; it compares all five key words of each
 // slot whose occupant has the same home, so two flows never share an entry
 // however their hashes collide (T3). The value word packs the backend
-// reference, the side and the idle timeout; lastUse is the caller's clock in
-// milliseconds.
+// reference, the side, the idle timeout and two marks: half-open (bit 63)
+// and peer (bit 62: stored from another instance's record, [flow_sync];
+// an always-zero idle bit before, so older files read alike). lastUse is
+// the caller's clock in milliseconds.
 //
 // # Concurrency
 //
@@ -95,6 +97,14 @@
 // table to a given share of Capacity: at 50 % 0.8 % of inserts displaced a
 // live entry, at 75 % 5 %, at 100 % 14 %. Size the capacity at about twice
 // the expected number of concurrent flows to keep evictions rare.
+//
+// Merge stores a peer's record of a flow, marked peer, where the table has
+// no live entry for its key, or a half-open one for another backend; a live
+// entry of the record's backend only has its last use raised (a half-open
+// one confirmed). A record may take a free or expired slot, else displace
+// a half-open entry, else the least recently used peer entry of a full
+// bucket; never an established entry of this instance's own, so a peer's
+// flows cannot push out the flows this instance serves (MergeRefused).
 //
 // The hash is seeded from crypto/rand at New (and at Open for a new
 // file), so bucket placement is not predictable from outside (hash

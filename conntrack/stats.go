@@ -18,6 +18,10 @@ type Stats struct {
 	// Refused counts new half-open keys not stored because both their
 	// buckets held only live established entries (Upsert returned Refused).
 	Refused uint64
+	// MergeRefused counts peer records not stored because both their
+	// buckets held only live established entries of this instance's own
+	// (Merge returned MergeRefused).
+	MergeRefused uint64
 }
 
 // statStripes spreads the counters so that writers of different buckets
@@ -29,13 +33,14 @@ const statStripes = 64
 type stripe struct {
 	inserts, updates, evictions, reclaimed, deletes atomic.Uint64
 	evictionsHalfOpen, spills, moves, refused       atomic.Uint64
+	mergeRefused                                    atomic.Uint64
 	// roomless: how many more full pairs of this stripe skip makeRoom. A
 	// search that found no key to move says the table is about full; the
 	// next ones would likely fail too, at 16 hashes and up to 128
 	// header reads each, so only one pair in roomSkip+1 searches until one
 	// succeeds again.
 	roomless atomic.Uint64
-	_        [48]byte
+	_        [40]byte
 }
 
 const roomSkip = 3
@@ -72,6 +77,7 @@ func (t *Table) Stats() Stats {
 		s.Spills += st.spills.Load()
 		s.Moves += st.moves.Load()
 		s.Refused += st.refused.Load()
+		s.MergeRefused += st.mergeRefused.Load()
 	}
 	return s
 }

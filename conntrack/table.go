@@ -569,9 +569,10 @@ func (v victim) before(o victim) bool {
 
 // victim picks the slot of a full bucket that a new key takes: the first
 // expired one, else the least recently used half-open entry, else the least
-// recently used. It reads every slot, so Upsert calls it only when no slot
-// is free.
-func (b *bucket) victim(now int64) victim {
+// recently used. A live entry may go only if its value has one of the bits
+// of may (0: any may go); none may: i is -1. It reads every slot, so the
+// writers call it only when no slot is free.
+func (b *bucket) victim(now int64, may uint64) victim {
 	best := victim{i: -1}
 	for i := range slotsPerBucket {
 		s := &b.slots[i]
@@ -579,6 +580,9 @@ func (b *bucket) victim(now int64) victim {
 		val := s.val.Load()
 		if expired(val, last, now) {
 			return victim{i: i, dead: true, last: last}
+		}
+		if may != 0 && val&may == 0 {
+			continue
 		}
 		v := victim{i: i, half: val&halfOpen != 0, last: last}
 		if best.i < 0 || v.before(best) {
@@ -664,55 +668,72 @@ func (t *Table) UpsertHint(k *Key, h Hint, v Value, now int64) InsertResult {
 // place is Upsert under the locks of both of the key's buckets. Keys are
 // unique in the table because every writer checks both under the locks.
 func (t *Table) place(h Hint, w *keyWords, val uint64, now int64, st *stripe) InsertResult {
-	b1, b2 := &t.buckets[h.bi], &t.buckets[h.bi2]
-	home, home2 := int(h.home), int(h.home2)
-	two := h.bi2 != h.bi
-	if i := b1.find(home, 0, w); i >= 0 {
-		return b1.update(i, home, 0, val, now, st)
-	}
-	if two {
-		if i := b2.find(home2, altBit, w); i >= 0 {
-			return b2.update(i, home2, altBit, val, now, st)
-		}
-	}
-	if i := b1.free(home); i >= 0 {
-		st.inserts.Add(1)
-		b1.put(i, home, 0, w, val, now)
-		return Inserted
-	}
-	v1 := b1.victim(now)
-	if v1.dead {
-		st.inserts.Add(1)
-		b1.replace(v1.i, home, 0, w, val, now)
-		st.reclaimed.Add(1)
-		return Inserted
+	if b, i, home, alt := t.locate(h, w); i >= 0 {
+		return b.update(i, home, alt, val, now, st)
 	}
 	// A newcomer on probation never displaces an established entry: a
 	// flood of SYNs or of mid-flow packets from forged sources can only
 	// evict its own kind.
-	half := val&halfOpen != 0
-	if !two {
-		if half && !v1.half {
-			st.refused.Add(1)
+	r := t.insert(h, w, val, now, now, st, val&halfOpen)
+	if r == Refused {
+		st.refused.Add(1)
+	}
+	return r
+}
+
+// locate finds w in its first bucket, else its second, under the locks of
+// both: the bucket, the slot (-1 if absent), its home there and how it is
+// stored there (alt).
+func (t *Table) locate(h Hint, w *keyWords) (*bucket, int, int, uint64) {
+	b, home := &t.buckets[h.bi], int(h.home)
+	if i := b.find(home, 0, w); i >= 0 || h.bi2 == h.bi {
+		return b, i, home, 0
+	}
+	b, home = &t.buckets[h.bi2], int(h.home2)
+	return b, b.find(home, altBit, w), home, altBit
+}
+
+// insert stores w, absent from both its buckets, under their locks, last
+// used at last: in a free or expired slot of its first bucket, else of its
+// second, else in a slot makeRoom frees, else in place of the best live
+// victim whose value has one of the bits of may (0: any), else nowhere
+// (Refused, which the caller counts).
+func (t *Table) insert(h Hint, w *keyWords, val uint64, last, now int64, st *stripe, may uint64) InsertResult {
+	b1, b2 := &t.buckets[h.bi], &t.buckets[h.bi2]
+	home, home2 := int(h.home), int(h.home2)
+	if i := b1.free(home); i >= 0 {
+		st.inserts.Add(1)
+		b1.put(i, home, 0, w, val, last)
+		return Inserted
+	}
+	v1 := b1.victim(now, may)
+	if v1.dead {
+		st.inserts.Add(1)
+		b1.replace(v1.i, home, 0, w, val, last)
+		st.reclaimed.Add(1)
+		return Inserted
+	}
+	if h.bi2 == h.bi {
+		if v1.i < 0 {
 			return Refused
 		}
 		st.inserts.Add(1)
-		b1.replace(v1.i, home, 0, w, val, now)
+		b1.replace(v1.i, home, 0, w, val, last)
 		st.evicted(v1.half)
 		return Evicted
 	}
 	if i := b2.free(home2); i >= 0 {
 		st.inserts.Add(1)
 		b1.setSpill(home)
-		b2.put(i, home2, altBit, w, val, now)
+		b2.put(i, home2, altBit, w, val, last)
 		st.spills.Add(1)
 		return Inserted
 	}
-	v2 := b2.victim(now)
+	v2 := b2.victim(now, may)
 	if v2.dead {
 		st.inserts.Add(1)
 		b1.setSpill(home)
-		b2.replace(v2.i, home2, altBit, w, val, now)
+		b2.replace(v2.i, home2, altBit, w, val, last)
 		st.spills.Add(1)
 		st.reclaimed.Add(1)
 		return Inserted
@@ -723,33 +744,32 @@ func (t *Table) place(h Hint, w *keyWords, val uint64, now int64, st *stripe) In
 	if !v1.half && !v2.half && st.tryRoom() {
 		if i := t.makeRoom(b1); i >= 0 {
 			st.inserts.Add(1)
-			b1.put(i, home, 0, w, val, now)
+			b1.put(i, home, 0, w, val, last)
 			st.moves.Add(1)
 			return Inserted
 		}
 		if i := t.makeRoom(b2); i >= 0 {
 			st.inserts.Add(1)
 			b1.setSpill(home)
-			b2.put(i, home2, altBit, w, val, now)
+			b2.put(i, home2, altBit, w, val, last)
 			st.spills.Add(1)
 			st.moves.Add(1)
 			return Inserted
 		}
 		st.roomless.Store(roomSkip)
 	}
-	if half && !v1.half && !v2.half {
-		st.refused.Add(1)
+	if v1.i < 0 && v2.i < 0 {
 		return Refused
 	}
 	st.inserts.Add(1)
-	if v2.before(v1) {
+	if v1.i < 0 || v2.i >= 0 && v2.before(v1) {
 		b1.setSpill(home)
-		b2.replace(v2.i, home2, altBit, w, val, now)
+		b2.replace(v2.i, home2, altBit, w, val, last)
 		st.spills.Add(1)
 		st.evicted(v2.half)
 		return Evicted
 	}
-	b1.replace(v1.i, home, 0, w, val, now)
+	b1.replace(v1.i, home, 0, w, val, last)
 	st.evicted(v1.half)
 	return Evicted
 }
@@ -803,7 +823,17 @@ func (t *Table) remove(h Hint, w *keyWords, both bool) bool {
 // It visits the whole table: control plane use only (explain, status,
 // tests), never the hot path. fn may call other methods of t.
 func (t *Table) Range(now int64, fn func(k Key, e Entry) bool) {
-	for bi := range t.buckets {
+	t.RangeBuckets(0, len(t.buckets), now, fn)
+}
+
+// Buckets is the number of buckets: RangeBuckets walks [0, Buckets()).
+func (t *Table) Buckets() int { return len(t.buckets) }
+
+// RangeBuckets is Range over buckets [from, to) only (clamped to
+// [0, Buckets())), so that a walk of the whole table can be spread over
+// time.
+func (t *Table) RangeBuckets(from, to int, now int64, fn func(k Key, e Entry) bool) {
+	for bi := max(from, 0); bi < min(to, len(t.buckets)); bi++ {
 		b := &t.buckets[bi]
 		for i := range slotsPerBucket {
 			s := &b.slots[i]

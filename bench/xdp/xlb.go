@@ -66,6 +66,7 @@ zero_copy = %q
 frame_size = 4096
 ring_size = 2048
 conntrack_capacity = %d
+state_dir = ""   # every run starts from an empty table
 
 [admin]
 listen = %q

@@ -52,6 +52,7 @@ queues = "all"
 frame_size = 2048
 ring_size = 256
 conntrack_capacity = 1024
+state_dir = ""   # not the host's /run/xlb: tests run side by side
 
 [[health_check]]
 name = "hc"

@@ -14,11 +14,12 @@ import (
 )
 
 // runConfig is the CLI tests' file with a [dataplane] on interface
-// ifname, written into dir.
+// ifname, keeping no table (not in the host's /run/xlb), written into
+// dir.
 func runConfig(tb testing.TB, dir, ifname string) string {
 	tb.Helper()
 	path := filepath.Join(dir, "xlb.toml")
-	text := readFile(tb, cli("xlb.toml")) + "\n[dataplane]\ninterface = \"" + ifname + "\"\n"
+	text := readFile(tb, cli("xlb.toml")) + "\n[dataplane]\ninterface = \"" + ifname + "\"\nstate_dir = \"\"\n"
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		tb.Fatal(err)
 	}

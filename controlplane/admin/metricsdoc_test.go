@@ -12,9 +12,13 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 
+	"xlb/config"
+	"xlb/conntrack"
 	"xlb/controlplane/admin"
 	"xlb/controlplane/bgp"
 	"xlb/controlplane/cptest"
+	"xlb/controlplane/flowsync"
+	"xlb/dataplane"
 )
 
 // TestMetricsDocumented: every xlb_ family a full scrape exports is a row
@@ -57,6 +61,10 @@ func TestMetricsDocumented(t *testing.T) {
 	for name, f := range bgpFamilies(t, src) {
 		fams[name] = f
 	}
+	// The flow-sync families come from [flow_sync]'s syncer.
+	for name, f := range flowSyncFamilies(t, src) {
+		fams[name] = f
+	}
 	for name, f := range fams {
 		if !strings.HasPrefix(name, "xlb_") {
 			continue
@@ -78,6 +86,36 @@ func TestMetricsDocumented(t *testing.T) {
 			t.Errorf("METRICS.md documents %s, which is not exported", name)
 		}
 	}
+}
+
+// flowSyncFamilies scrapes a listener that also exports a flow-sync
+// syncer's metrics, as xlb run does with [flow_sync].
+func flowSyncFamilies(t *testing.T, src *rigSources) map[string]*dto.MetricFamily {
+	t.Helper()
+	ct, err := conntrack.New(conntrack.MinCapacity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := dataplane.NewEngine(ct)
+	eng.EnableFlowSync(64)
+	eng.NewDecider()
+	c := &config.FlowSync{Listen: netip.MustParseAddrPort("127.0.0.1:0"), Peers: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
+		Keys: [][32]byte{{1}}, MaxRecordsPerSec: 1000, PullTimeout: time.Second}
+	fs, err := flowsync.New(flowsync.Options{Config: c, Engine: eng, Now: func() int64 { return 1 }, Log: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fs.Close)
+	s, err := admin.New(admin.Options{Listen: "127.0.0.1:0"}, src, zap.NewNop(), fs.Collector())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	_, fams := scrape(t, "http://"+s.Addr().String())
+	return fams
 }
 
 // bgpFamilies scrapes a listener that also exports a started speaker's

@@ -27,6 +27,41 @@ type Report struct {
 	LastReload *LastReload   `json:"last_reload,omitempty"`
 	// BGP: the speaker's sessions and routes (with [bgp] only).
 	BGP *BGPReport `json:"bgp,omitempty"`
+	// FlowSync: the peers tracked flows are shared with (with
+	// [flow_sync] only).
+	FlowSync *FlowSyncReport `json:"flow_sync,omitempty"`
+}
+
+// FlowSyncReport is what an instance shares its tracked flows with: each
+// peer as last heard, and the table pull it started with.
+type FlowSyncReport struct {
+	Listen string         `json:"listen"`
+	Peers  []FlowSyncPeer `json:"peers"`
+	// Pull is the table pull at start ([flow_sync] pull_on_start); nil
+	// when none was made (a kept table, or pull_on_start = false).
+	Pull *FlowSyncPull `json:"pull,omitempty"`
+}
+
+// FlowSyncPeer is one peer: up while a datagram of it authenticated
+// within the last 3 s; lag is its last datagram's age on arrival (the
+// two wall clocks' difference).
+type FlowSyncPeer struct {
+	Address     string  `json:"address"`
+	Up          bool    `json:"up"`
+	LastHeardMs int64   `json:"last_heard_ms"` // unix ms; 0: never
+	LagMs       float64 `json:"lag_ms"`
+	RecordsIn   uint64  `json:"records_in"`
+	RecordsOut  uint64  `json:"records_out"`
+}
+
+// FlowSyncPull is how the table pull at start went.
+type FlowSyncPull struct {
+	Done    bool   `json:"done"` // false: still pulling
+	Peer    string `json:"peer,omitempty"`
+	Records int    `json:"records"`
+	Stored  int    `json:"stored"`
+	TookMs  int64  `json:"took_ms"`
+	Error   string `json:"error,omitempty"`
 }
 
 // BGPReport is the route announcement of a fleet member: the speaker's
@@ -159,6 +194,7 @@ func Gather(in Inputs) *Report {
 		r.Reloads, r.LastReload = rr, rr.Last
 	}
 	r.BGP = in.BGP
+	r.FlowSync = in.FlowSync
 	if snap == nil {
 		return r
 	}

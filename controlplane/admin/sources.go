@@ -49,6 +49,8 @@ type Inputs struct {
 	Runtime *Runtime
 	// BGP is served as is under "bgp" (nil: left out).
 	BGP *BGPReport
+	// FlowSync is served as is under "flow_sync" (nil: left out).
+	FlowSync *FlowSyncReport
 }
 
 // QueueStats is one worker's counters and the rx queue it serves.

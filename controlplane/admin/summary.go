@@ -79,5 +79,18 @@ func Summary(r *Report) string {
 		}
 		parts = append(parts, s)
 	}
+	if f := r.FlowSync; f != nil {
+		up := 0
+		for _, p := range f.Peers {
+			if p.Up {
+				up++
+			}
+		}
+		s := fmt.Sprintf("flow sync %d/%d peers up", up, len(f.Peers))
+		if f.Pull != nil && !f.Pull.Done {
+			s += ", pulling the table"
+		}
+		parts = append(parts, s)
+	}
 	return strings.Join(parts, "; ")
 }

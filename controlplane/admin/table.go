@@ -59,7 +59,40 @@ func WriteTables(w io.Writer, r *Report) error {
 	if b := r.BGP; b != nil {
 		writeBGP(tw, b)
 	}
+	if f := r.FlowSync; f != nil {
+		writeFlowSync(tw, f, time.Now())
+	}
 	return tw.Flush()
+}
+
+// writeFlowSync is the peers tracked flows are shared with: when each was
+// last heard, its lag and the records each way.
+func writeFlowSync(tw io.Writer, f *FlowSyncReport, now time.Time) {
+	fmt.Fprintln(tw)
+	fmt.Fprintf(tw, "flow sync: listening on %s", f.Listen)
+	if p := f.Pull; p != nil {
+		switch {
+		case !p.Done:
+			fmt.Fprint(tw, ", pulling the table")
+		case p.Error != "":
+			fmt.Fprintf(tw, ", table not pulled (%s)", p.Error)
+		default:
+			fmt.Fprintf(tw, ", table pulled from %s: %d records, %d stored in %d ms", p.Peer, p.Records, p.Stored, p.TookMs)
+		}
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "PEER\tSTATE\tLAST HEARD\tLAG\tRECORDS IN\tRECORDS OUT")
+	for _, p := range f.Peers {
+		state, heard, lag := "down", "never", "-"
+		if p.Up {
+			state = "up"
+		}
+		if p.LastHeardMs > 0 {
+			heard = now.Sub(time.UnixMilli(p.LastHeardMs)).Truncate(time.Millisecond).String() + " ago"
+			lag = strconv.FormatFloat(p.LagMs, 'f', 1, 64) + " ms"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", p.Address, state, heard, lag, p.RecordsIn, p.RecordsOut)
+	}
 }
 
 // writeBGP is the fleet member's part: its sessions, and each VIP's route

@@ -19,6 +19,11 @@ import (
 // its peers'; it does not join the fleet with that partial view.
 const ReasonHealthNotChecked = "health not checked yet"
 
+// ReasonTableNotPulled: [flow_sync] pull_on_start, and this instance is
+// still fetching the tracked flows from a peer; announcing now would
+// bring it flows it knows nothing of (until pull_timeout_sec).
+const ReasonTableNotPulled = "flow table not pulled yet"
+
 // announceTick bounds how long a change of eligible sets takes to reach
 // the routes: the announcer compares its wish with the speaker's at least
 // this often (the speaker sends nothing when they agree).
@@ -35,6 +40,7 @@ const drainSettle = time.Second
 type announceState struct {
 	attached bool // XDP attached, every worker running
 	checked  bool // every backend has a first health verdict
+	pulled   bool // the flow table pulled from a peer, or no pull to wait for
 	drained  bool // xlb drain --node
 	// gshut: announce with the GRACEFUL_SHUTDOWN community (the first
 	// drainSettle of a node drain).
@@ -63,6 +69,8 @@ func wantVIPs(vips []netip.Addr, st announceState, eligible func(netip.Addr) boo
 			v.Reason = bgp.ReasonNotAttached
 		case !st.checked:
 			v.Reason = ReasonHealthNotChecked
+		case !st.pulled:
+			v.Reason = ReasonTableNotPulled
 		case st.drained && !st.gshut:
 			v.Reason = bgp.ReasonNodeDrained
 		case !st.always && !eligible(vip):
@@ -149,6 +157,9 @@ type announcer struct {
 	snapshot func() *dataplane.Snapshot
 	// checked is closed once every backend has a first health verdict.
 	checked <-chan struct{}
+	// pulled is closed once the flow table pull ended ([flow_sync]
+	// pull_on_start); nil: nothing to wait for.
+	pulled <-chan struct{}
 
 	mu      sync.Mutex
 	cfg     *config.Config
@@ -172,8 +183,16 @@ type announcer struct {
 func newAnnouncer(sp speaker, cfg *config.Config, snapshot func() *dataplane.Snapshot, checked <-chan struct{},
 	nh4, nh6 netip.Addr, log *zap.Logger) *announcer {
 	return &announcer{sp: sp, log: log, snapshot: snapshot, checked: checked, cfg: cfg,
-		st:   announceState{nextHop4: nh4, nextHop6: nh6, always: cfg.BGP.Announce == config.AnnounceAlways},
+		st:   announceState{nextHop4: nh4, nextHop6: nh6, always: cfg.BGP.Announce == config.AnnounceAlways, pulled: true},
 		kick: make(chan struct{}, 1)}
+}
+
+// waitPull makes the announcer hold the VIPs back until pulled is closed.
+// Called before run.
+func (a *announcer) waitPull(pulled <-chan struct{}) {
+	a.mu.Lock()
+	a.pulled, a.st.pulled = pulled, false
+	a.mu.Unlock()
 }
 
 // run applies the rule until ctx ends; attached is set first, since run
@@ -207,6 +226,13 @@ func (a *announcer) apply() {
 		case <-a.checked:
 			a.st.checked = true
 			a.log.Info("every backend has a health verdict: VIPs may be announced")
+		default:
+		}
+	}
+	if !a.st.pulled {
+		select {
+		case <-a.pulled:
+			a.st.pulled = true
 		default:
 		}
 	}

@@ -27,7 +27,7 @@ var (
 // drained, and (when-healthy) with a non-empty eligible set; otherwise the
 // first reason that holds is given. Next hops follow the VIP's family.
 func TestWantVIPs(t *testing.T) {
-	ready := announceState{attached: true, checked: true, nextHop4: nh4, nextHop6: nh6}
+	ready := announceState{attached: true, checked: true, pulled: true, nextHop4: nh4, nextHop6: nh6}
 	both := func(netip.Addr) bool { return true }
 	onlyA := func(v netip.Addr) bool { return v == vipA }
 	for _, tc := range []struct {
@@ -42,6 +42,8 @@ func TestWantVIPs(t *testing.T) {
 			map[netip.Addr]bgp.VIP{vipA: {NextHop: nh4, Reason: bgp.ReasonNotAttached}, vipB: {NextHop: nh6, Reason: bgp.ReasonNotAttached}}},
 		{"health not checked", func(s announceState) announceState { s.checked = false; return s }, both,
 			map[netip.Addr]bgp.VIP{vipA: {NextHop: nh4, Reason: ReasonHealthNotChecked}, vipB: {NextHop: nh6, Reason: ReasonHealthNotChecked}}},
+		{"flow table not pulled yet", func(s announceState) announceState { s.pulled = false; return s }, both,
+			map[netip.Addr]bgp.VIP{vipA: {NextHop: nh4, Reason: ReasonTableNotPulled}, vipB: {NextHop: nh6, Reason: ReasonTableNotPulled}}},
 		{"no eligible backend behind B", nil, onlyA,
 			map[netip.Addr]bgp.VIP{vipA: {Announce: true, NextHop: nh4}, vipB: {NextHop: nh6, Reason: bgp.ReasonNoEligible}}},
 		{"always announces without eligible backends", func(s announceState) announceState { s.always = true; return s }, onlyA,
@@ -276,6 +278,27 @@ func TestAnnouncer(t *testing.T) {
 	a.apply()
 	if len(sp.vips) != calls {
 		t.Error("the announcer still sets routes after the shutdown")
+	}
+}
+
+// TestAnnouncerWaitsForPull: with [flow_sync] pull_on_start the VIPs stay
+// withdrawn, after the first health round, until the table pull ends
+// (done or given up): a joining instance announces only with the fleet's
+// flows in its table.
+func TestAnnouncerWaitsForPull(t *testing.T) {
+	a, sp, _, checked := newTestAnnouncer(t, announceTOML)
+	pulled := make(chan struct{})
+	a.waitPull(pulled)
+	a.st.attached = true
+	close(checked)
+	a.apply()
+	if w := sp.last(); w[vipA].Announce || w[vipA].Reason != ReasonTableNotPulled || w[vipB].Reason != ReasonTableNotPulled {
+		t.Fatalf("health checked, pull running: %+v, want both withdrawn (%s)", w, ReasonTableNotPulled)
+	}
+	close(pulled)
+	a.apply()
+	if w := sp.last(); !w[vipA].Announce || !w[vipB].Announce {
+		t.Fatalf("pull ended: %+v, want both announced", w)
 	}
 }
 

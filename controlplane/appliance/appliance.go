@@ -51,6 +51,8 @@ type running struct {
 	ann     *announcer // nil without [bgp]
 	capture *capturer
 	rounds  func() []WorkerRounds
+	// flowSync is the [flow_sync] part of the status (nil without it).
+	flowSync func() *admin.FlowSyncReport
 }
 
 // New prepares an appliance for cfg, which must be valid for xlb run
@@ -108,6 +110,9 @@ func (a *Appliance) Status() *admin.Report {
 	}
 	if r.ann != nil {
 		in.BGP = &admin.BGPReport{Status: r.ann.sp.Status(), NodeDrained: r.ann.nodeDown.Load()}
+	}
+	if r.flowSync != nil {
+		in.FlowSync = r.flowSync()
 	}
 	return admin.Gather(in)
 }

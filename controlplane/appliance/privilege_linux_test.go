@@ -205,7 +205,8 @@ func buildXLB(t *testing.T, dir string) string {
 }
 
 // privConfig: one UDP service with backend be1 (MAC configured) on vips,
-// a TCP health check every second on port 53, the admin socket sock.
+// a TCP health check every second on port 53, the admin socket sock, no
+// table kept (not the default /run/xlb: tests run side by side).
 func privConfig(ifname, sock string, vips ...string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `
@@ -215,6 +216,7 @@ queues = "all"
 frame_size = 2048
 ring_size = 256
 conntrack_capacity = 1024
+state_dir = ""
 
 [admin]
 socket = %q

@@ -414,8 +414,12 @@ var afterDrop func(*zap.Logger)
 // when set. What cannot be dropped stops the start, unless
 // --keep-privileges said to keep everything.
 func (s *stack) dropPrivileges() error {
-	return dropper{log: s.log, keep: s.a.keepPrivileges, id: s.id, cfgPath: s.cfg.Path,
-		vips: s.objs.VIPs, drop: dropPrivs}.run()
+	d := dropper{log: s.log, keep: s.a.keepPrivileges, id: s.id, cfgPath: s.cfg.Path,
+		vips: s.objs.VIPs, drop: dropPrivs}
+	if s.cfg.FlowSync != nil {
+		d.keyFile = s.cfg.FlowSync.KeyFile
+	}
+	return d.run()
 }
 
 // dropper is dropPrivileges without the stack: what it reads and the
@@ -425,6 +429,7 @@ type dropper struct {
 	keep    bool // --keep-privileges
 	id      Identity
 	cfgPath string
+	keyFile string // flow_sync.key_file: a reload reads it too ("": none)
 	vips    interface{ Lookup(key, value any) error }
 	drop    func(target) (boundingKept bool, err error)
 }
@@ -460,16 +465,20 @@ func (d dropper) run() error {
 	if afterDrop != nil {
 		afterDrop(d.log)
 	}
-	// A reload reads the file again, as this user without root's
-	// rights over files: one it cannot read would fail every reload.
-	if d.cfgPath == "" {
-		return nil
+	// A reload reads the file again (and the key file it names), as
+	// this user without root's rights over files: one it cannot read
+	// would fail every reload.
+	for _, path := range []string{d.cfgPath, d.keyFile} {
+		if path == "" {
+			continue
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("%s after dropping privileges (uid %d): a reload could not read it; make it readable by that user", oneLine(err), os.Getuid())
+		}
+		f.Close()
 	}
-	f, err := os.Open(d.cfgPath)
-	if err != nil {
-		return fmt.Errorf("%s after dropping privileges (uid %d): a reload could not read it; make it readable by that user", oneLine(err), os.Getuid())
-	}
-	return f.Close()
+	return nil
 }
 
 // capName names the one capability in mask.

@@ -109,15 +109,28 @@ func TestDropper_Refuses(t *testing.T) {
 	}
 }
 
-// TestDropper_ConfigUnreadable: a configuration file the process cannot
-// read once privileges are dropped stops the start (every reload would
-// fail), naming the file and the uid.
+// TestDropper_ConfigUnreadable: a configuration file (or flow sync key
+// file) the process cannot read once privileges are dropped stops the
+// start (every reload would fail), naming the file and the uid.
 func TestDropper_ConfigUnreadable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "gone.toml")
 	d := dropper{log: zap.NewNop(), vips: &fakeVIPs{}, cfgPath: path, drop: func(target) (bool, error) { return false, nil }}
 	err := d.run()
 	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "a reload could not read it") {
 		t.Errorf("%v, want the file named and why it matters", err)
+	}
+	// So does flow_sync.key_file, which a reload reads as well.
+	cfg := filepath.Join(t.TempDir(), "xlb.toml")
+	if err := os.WriteFile(cfg, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.cfgPath, d.keyFile = cfg, filepath.Join(t.TempDir(), "gone.key")
+	if err := d.run(); err == nil || !strings.Contains(err.Error(), d.keyFile) || !strings.Contains(err.Error(), "a reload could not read it") {
+		t.Errorf("key file: %v, want the file named and why it matters", err)
+	}
+	d.keyFile = cfg
+	if err := d.run(); err != nil {
+		t.Errorf("readable files: %v", err)
 	}
 }
 

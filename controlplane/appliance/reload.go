@@ -41,6 +41,10 @@ type (
 	fleetReloader interface {
 		reload(cfg *config.Config) error
 	}
+	// flowReloader is the flow-sync goroutine: peers, keys, rate bound.
+	flowReloader interface {
+		Reconfigure(c *config.FlowSync)
+	}
 	// vipLister is the control plane's list of the VIPs its rules still
 	// use, draining ones included (M5), and when the next drain ends. A
 	// control plane without it has only the configuration's VIPs.
@@ -64,6 +68,7 @@ type reloader struct {
 	cp    configApplier
 	feeds *atomic.Pointer[map[string][]healthFeed]
 	fleet fleetReloader // nil without [bgp]
+	flows flowReloader  // nil without [flow_sync]
 	now   func() int64
 	log   *zap.Logger
 
@@ -213,6 +218,11 @@ func (r *reloader) apply(load func() (*config.Config, error)) error {
 			r.log.Error("bgp neighbors", zap.Error(err))
 		}
 	}
+	if r.flows != nil && cfg.FlowSync != nil {
+		// Peers, keys and the rate bound; the backends' fleet IDs come
+		// with the snapshot just published.
+		r.flows.Reconfigure(cfg.FlowSync)
+	}
 	// VIPs whose removed rules drain stay until the drain ends (M5).
 	keep, drainEnd := newVIPs, int64(0)
 	if l, ok := r.cp.(vipLister); ok {
@@ -355,7 +365,8 @@ func (r *reloader) report() *admin.ReloadReport {
 
 // restartNeeded names every [dataplane] and [admin] setting that differs:
 // sockets, queues, rings, the conntrack table and the listener are made
-// once, at start.
+// once, at start; and those of [bgp] and [flow_sync] that only a restart
+// applies (the speaker's identity, the sync sockets).
 func restartNeeded(old, cfg *config.Config) error {
 	a, b := &old.Dataplane, &cfg.Dataplane
 	var errs []error
@@ -380,6 +391,9 @@ func restartNeeded(old, cfg *config.Config) error {
 	diff("admin.socket", old.Admin.Socket == cfg.Admin.Socket)
 	diff("admin.pprof", old.Admin.Pprof == cfg.Admin.Pprof)
 	for _, f := range config.BGPRestartFields(old.BGP, cfg.BGP) {
+		diff(f, false)
+	}
+	for _, f := range config.FlowSyncRestartFields(old.FlowSync, cfg.FlowSync) {
 		diff(f, false)
 	}
 	return errors.Join(errs...)

@@ -182,7 +182,8 @@ func TestX2_ReloadRejected(t *testing.T) {
 		{"no interface", ctlConfig, "dataplane.interface"},
 		{"ring size", ctlConfig + reloadDataplane + "ring_size = 4096\n", "dataplane.ring_size changed: restart required"},
 		{"interface", ctlConfig + "[dataplane]\ninterface = \"eth1\"\n", "dataplane.interface changed: restart required"},
-		{"state dir", ctlConfig + reloadDataplane + "state_dir = \"/run/xlb\"\n", "dataplane.state_dir changed: restart required"},
+		// The rig keeps the default, /run/xlb: turning keeping off is a change.
+		{"state dir", ctlConfig + reloadDataplane + "state_dir = \"\"\n", "dataplane.state_dir changed: restart required"},
 		{"user", ctlConfig + reloadDataplane + "user = \"nobody\"\n", "dataplane.user changed: restart required"},
 		{"admin", ctlConfig + reloadDataplane + "[admin]\nlisten = \"127.0.0.1:9999\"\n", "admin.listen changed: restart required"},
 	} {
@@ -376,6 +377,64 @@ func TestX2_ReloadBGP(t *testing.T) {
 		if len(f.calls) != calls {
 			t.Errorf("%s: a rejected reload changed something: %v", tc.name, f.calls[calls:])
 		}
+	}
+}
+
+// reloadFlowSync is a [flow_sync] whose key file is key.
+func reloadFlowSync(listen, peers, key string) string {
+	return fmt.Sprintf("\n[flow_sync]\nlisten = %q\npeers = [%s]\nkey_file = %q\n", listen, peers, key)
+}
+
+// TestX2_ReloadFlowSync: a reload may change the peers, the keys and the
+// rate bound of [flow_sync]; adding or removing the section, or changing
+// listen (the sockets are bound once), needs a restart and changes
+// nothing.
+func TestX2_ReloadFlowSync(t *testing.T) {
+	f := newReloadRig(t)
+	dir := t.TempDir()
+	key := filepath.Join(dir, "flow-sync.key")
+	writeKey := func(lines ...string) {
+		t.Helper()
+		if err := os.WriteFile(key, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k1, k2 := strings.Repeat("a1", 32), strings.Repeat("b2", 32)
+	writeKey(k1)
+	start := ctlConfig + reloadDataplane + reloadFlowSync("10.0.0.5:7300", `"10.0.0.6:7300"`, key)
+	// The rig started without [flow_sync]: adding the section is a restart.
+	f.write(t, start)
+	if err := f.rl.reloadFile(ReloadOptions{}); !errors.Is(err, ErrRestart) || !strings.Contains(err.Error(), "flow_sync changed: restart required") {
+		t.Fatalf("adding [flow_sync]: %v, want a restart", err)
+	}
+	cur, err := config.Load(f.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.rl.cur = cur
+	gen := f.rig.CP.Snapshot().Gen
+	for _, tc := range []struct{ name, text, want string }{
+		{"listen", ctlConfig + reloadDataplane + reloadFlowSync("10.0.0.5:7301", `"10.0.0.6:7300"`, key), "flow_sync.listen changed: restart required"},
+		{"removed", ctlConfig + reloadDataplane, "flow_sync changed: restart required"},
+	} {
+		f.write(t, tc.text)
+		if err := f.rl.reloadFile(ReloadOptions{}); !errors.Is(err, ErrRestart) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+		if f.rl.cur != cur || f.rig.CP.Snapshot().Gen != gen {
+			t.Errorf("%s: a rejected reload changed the configuration", tc.name)
+		}
+	}
+	// Peers, a second key (a rollover) and the rate bound: applied.
+	writeKey(k2, k1)
+	f.write(t, ctlConfig+reloadDataplane+reloadFlowSync("10.0.0.5:7300", `"10.0.0.5:7300", "10.0.0.6:7300", "10.0.0.7:7300"`, key)+
+		"max_records_per_sec = 5000\n")
+	if err := f.rl.reloadFile(ReloadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fs := f.rl.cur.FlowSync
+	if fs == nil || len(fs.Peers) != 2 || len(fs.Keys) != 2 || fs.Keys[0][0] != 0xb2 || fs.MaxRecordsPerSec != 5000 {
+		t.Errorf("the reloaded [flow_sync]: %+v", fs)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"xlb/controlplane"
 	"xlb/controlplane/admin"
 	"xlb/controlplane/bgp"
+	"xlb/controlplane/flowsync"
 	"xlb/controlplane/neigh"
 	"xlb/dataplane"
 	"xlb/dataplane/worker"
@@ -65,8 +66,10 @@ type stack struct {
 	vips    []netip.Addr
 	failed  chan error // a worker's error
 	admin   *admin.Server
-	sp      *bgp.Speaker // nil without [bgp]
-	ann     *announcer   // nil without [bgp]
+	sp      *bgp.Speaker     // nil without [bgp]
+	ann     *announcer       // nil without [bgp]
+	fs      *flowsync.Syncer // nil without [flow_sync]
+	pull    *pullState       // the table pull at start; nil: none
 
 	undo []func()
 }
@@ -89,7 +92,7 @@ func (s *stack) down() {
 func (a *Appliance) Run(ctx context.Context) error {
 	s := &stack{a: a, ctx: ctx, life: context.WithoutCancel(ctx), cfg: a.cfg, base: a.log}
 	defer s.down()
-	steps := []func() error{s.host, s.neighbours, s.controlPlane, s.healthChecks, s.attach, s.openQueues, s.startWorkers, s.startBGP, s.serveAdmin, s.dropPrivileges}
+	steps := []func() error{s.host, s.neighbours, s.controlPlane, s.healthChecks, s.attach, s.openQueues, s.flowSync, s.startWorkers, s.startBGP, s.serveAdmin, s.dropPrivileges}
 	for _, step := range steps {
 		if err := step(); errors.Is(err, errStopped) {
 			s.log.Info("signal received during startup: stopping")
@@ -210,6 +213,9 @@ func (s *stack) neighbours() error {
 	if _, ok := errors.AsType[errStateDir](err); ok {
 		return err
 	}
+	if _, ok := errors.AsType[errStateDirInUse](err); ok {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("conntrack: %w", err)
 	}
@@ -228,6 +234,11 @@ func (s *stack) neighbours() error {
 	s.ct, s.engine = ct, dataplane.NewEngine(ct)
 	s.engine.OnTableFault(s.tableFaulted)
 	s.restore, s.keep = restore, keep
+	if keep != nil {
+		// Undone after everything started later: the workers and the
+		// keeper's last save are done with the directory by then.
+		s.undo = append(s.undo, keep.lock.release)
+	}
 	s.engine.SetFloodLimits(dataplane.FloodLimitsOf(&s.cfg.Dataplane))
 	res, err := neigh.New(s.cfg.Dataplane.Interface, s.base.Named("neigh")) // it names the interface itself
 	if err != nil {
@@ -396,6 +407,9 @@ func (s *stack) serveAdmin() error {
 	if s.ann != nil {
 		rl.fleet = s.ann
 	}
+	if s.fs != nil {
+		rl.flows = s.fs
+	}
 	s.undo = append(s.undo, rl.stop)
 	capt := &capturer{engine: s.engine}
 	for _, q := range s.queues {
@@ -409,12 +423,15 @@ func (s *stack) serveAdmin() error {
 		return out
 	}
 	s.a.cur.Store(&running{cp: s.cp, engine: s.engine, workers: workers, now: worker.NowMs, runtime: s.runtime, rl: rl, ann: s.ann,
-		rounds: rounds, capture: capt})
+		rounds: rounds, capture: capt, flowSync: s.flowSyncStatus()})
 	s.undo = append(s.undo, func() { s.a.cur.Store(nil) })
 	listen := s.cfg.Admin.Listen
 	collectors := []prometheus.Collector{s.a.health}
 	if s.sp != nil {
 		collectors = append(collectors, s.sp)
+	}
+	if s.fs != nil {
+		collectors = append(collectors, s.fs.Collector())
 	}
 	nofile := raiseNofile()
 	limits := admin.ConnLimits(nofile)
@@ -479,6 +496,9 @@ func (s *stack) startBGP() error {
 		checked = r.done
 	}
 	s.ann = newAnnouncer(sp, s.cfg, s.cp.Snapshot, checked, nh4, nh6, s.log.Named("announce"))
+	if s.pull != nil {
+		s.ann.waitPull(s.pull.done)
+	}
 	s.log.Info("bgp speaker started", zap.Uint32("asn", b.ASN), zap.Stringer("router_id", id),
 		zap.Int("neighbors", len(b.Neighbors)), addrField("next_hop_v4", nh4), addrField("next_hop_v6", nh6))
 	return nil

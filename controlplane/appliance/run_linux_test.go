@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -87,9 +88,14 @@ var (
 
 // runConfig is a UDP service on runVIP with one L2 DSR backend whose MAC
 // is configured (no neighbour resolution needed), on interface ifname;
-// extra lines go into [dataplane].
+// extra lines go into [dataplane]. No table is kept unless they name a
+// state_dir: the default, /run/xlb, is the host's, and tests run side by
+// side.
 func runConfig(tb testing.TB, dir, ifname string, extra ...string) string {
 	tb.Helper()
+	if !slices.ContainsFunc(extra, func(l string) bool { return strings.HasPrefix(l, "state_dir") }) {
+		extra = append(extra, `state_dir = ""`)
+	}
 	text := fmt.Sprintf(`
 [dataplane]
 interface = %q

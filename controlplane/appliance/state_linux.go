@@ -35,6 +35,7 @@ const (
 // keeper saves the control plane's state beside the table it goes with.
 type keeper struct {
 	dir     string
+	lock    *stateLock // dir's, held while the table file is in use
 	tableID uint64
 	owner   int // the uid its files may belong to besides root
 	log     *zap.Logger
@@ -76,6 +77,15 @@ func (s *stack) ownStateDir(dir string, created bool) error {
 	return nil
 }
 
+// lockStateDir takes dir's lock for the user xlb runs as.
+func (s *stack) lockStateDir(dir string) (*stateLock, error) {
+	uid, gid := os.Geteuid(), os.Getegid()
+	if id, err := RunAs(s.cfg); err == nil {
+		uid, gid = id.UID, id.GID
+	}
+	return lockStateDir(dir, uid, gid)
+}
+
 // errStateDir is a state_dir refused as unsafe: xlb does not start.
 type errStateDir struct{ err error }
 
@@ -89,7 +99,8 @@ func (e errStateDir) Unwrap() error { return e.err }
 // configured (with the state to restore when the previous process left a
 // matching pair), else in anonymous memory. A state_dir others could
 // write (safedir.Check) stops the start: root would otherwise trust files
-// another user planted. Nothing else here does: a directory or file that
+// another user planted; so does one whose lock another process holds
+// (errStateDirInUse). The lock taken is the keeper's. Nothing else here does: a directory or file that
 // cannot be used is logged, and the table starts empty.
 func (s *stack) openTable() (*conntrack.Table, *controlplane.State, *keeper, error) {
 	d := &s.cfg.Dataplane
@@ -98,7 +109,9 @@ func (s *stack) openTable() (*conntrack.Table, *controlplane.State, *keeper, err
 		return ct, nil, nil, err
 	}
 	path := filepath.Join(d.StateDir, tableFile)
+	var lock *stateLock // taken below; a fallback lets it go
 	fallback := func(err error) (*conntrack.Table, *controlplane.State, *keeper, error) {
+		lock.release()
 		s.log.Warn("conntrack table not kept in state_dir: flows will not survive a restart", zap.String("path", path), zap.Error(err))
 		ct, err := conntrack.New(d.ConntrackCapacity)
 		return ct, nil, nil, err
@@ -118,6 +131,17 @@ func (s *stack) openTable() (*conntrack.Table, *controlplane.State, *keeper, err
 		}
 		return fallback(err)
 	}
+	// Before the table file opens: another process may have it mapped.
+	lock, err := s.lockStateDir(d.StateDir)
+	if err != nil {
+		if _, ok := errors.AsType[errStateDirInUse](err); ok {
+			return nil, nil, nil, err
+		}
+		if errors.Is(err, safedir.ErrUnsafe) {
+			return nil, nil, nil, errStateDir{err}
+		}
+		return fallback(err)
+	}
 	if mem, magic, err := safedir.MemoryFS(d.StateDir); err == nil && !mem {
 		s.log.Warn("state_dir is not on a memory file system (tmpfs): every table write may reach the disk, and a reboot leaves a table that is refused",
 			zap.String("dir", d.StateDir), zap.String("fs_magic", fmt.Sprintf("%#x", magic)))
@@ -130,7 +154,7 @@ func (s *stack) openTable() (*conntrack.Table, *controlplane.State, *keeper, err
 		}
 		return fallback(err)
 	}
-	k := &keeper{dir: d.StateDir, tableID: ct.FileID(), owner: s.stateOwner(), log: s.log}
+	k := &keeper{dir: d.StateDir, lock: lock, tableID: ct.FileID(), owner: s.stateOwner(), log: s.log}
 	if info.Refused != nil {
 		s.log.Warn("conntrack state file refused, moved aside: starting with an empty table",
 			zap.String("path", path), zap.String("moved_to", info.RefusedAs), zap.Error(info.Refused))

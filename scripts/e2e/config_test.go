@@ -116,6 +116,7 @@ zero_copy = "auto"
 frame_size = 2048
 ring_size = 512
 conntrack_capacity = 65536
+state_dir = ""
 
 [admin]
 listen = "127.0.0.1:9110"

@@ -47,6 +47,7 @@ queues = "all"
 xdp_mode = "native"
 ring_size = 512
 conntrack_capacity = 65536
+state_dir = ""
 
 [admin]
 listen = %q

@@ -234,6 +234,7 @@ func (f *fleet) loadExp(t *testing.T) {
 func (f *fleet) start(t *testing.T, j int) *xlbProc {
 	t.Helper()
 	in := f.bed.Instances[j]
+	ownStateDir(t, f.cfgs[j])
 	p := &xlbProc{bed: f.bed, log: &syncbuf.Buffer{}, exited: make(chan struct{}),
 		cmd: exec.Command("ip", "netns", "exec", in.NS, xlbBin, "run", "-c", f.cfgs[j])}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log

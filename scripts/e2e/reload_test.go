@@ -34,6 +34,7 @@ queues = "all"
 xdp_mode = "native"
 ring_size = 512
 conntrack_capacity = 65536
+state_dir = ""
 
 [admin]
 listen = "127.0.0.1:9110"

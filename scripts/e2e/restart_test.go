@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,6 +68,10 @@ func TestRestart_FlowsSurvive(t *testing.T) {
 // defaultStateDir is dataplane.state_dir when the file has none.
 const defaultStateDir = "/run/xlb"
 
+// defaultStateDirLine stands for the state_dir line in the one test that
+// wants the default (ownStateDir accepts it).
+const defaultStateDirLine = "# state_dir: none, the default " + defaultStateDir + " on purpose\n"
+
 // TestRestart_DefaultStateDir: tracked flows survive a restart with the
 // default configuration, which has no state_dir line: the table is kept
 // in /run/xlb. 150 kept-alive connections sit off Maglev's choice
@@ -85,20 +88,6 @@ func TestRestart_DefaultStateDir(t *testing.T) {
 		t.Errorf("xlb without state_dir keeps no table in %s: %v", defaultStateDir, err)
 	}
 	o.restart("default state_dir: after SIGTERM and a restart", o.p.stop, xlbBin, tableKept)
-}
-
-// stateDirLine is a state_dir line of a configuration text.
-var stateDirLine = regexp.MustCompile(`(?m)^state_dir = .*\n`)
-
-// setStateDir is a configuration text with its state_dir set to dir:
-// its state_dir line replaced, or one added; dir "default" leaves none,
-// so that the default applies.
-func setStateDir(text, dir string) string {
-	text = stateDirLine.ReplaceAllString(text, "")
-	if dir == "default" {
-		return text
-	}
-	return strings.Replace(text, "[dataplane]\n", fmt.Sprintf("[dataplane]\nstate_dir = %q\n", dir), 1)
 }
 
 // cleanDefaultStateDir fails t when /run/xlb holds another xlb's files
@@ -202,11 +191,17 @@ func upOffChoiceWith(t *testing.T, prefix, stateDir string, conns int) *offChoic
 	o := &offChoiceBed{t: t, b: b, web: netip.AddrPortFrom(testbed.VIP4, testbed.HTTPPort), stateDir: stateDir}
 	o.cfg = faultConfig(t, b, 2, 2, faultSvc{name: "web", port: o.web.Port(),
 		primaries: []string{"b1", "b2", "b3"}, keys: `locality_lb_policy = "WEIGHTED_MAGLEV"`})
-	raw, err := os.ReadFile(o.cfg)
-	must(t, err)
-	must(t, os.WriteFile(o.cfg, []byte(setStateDir(string(raw), o.stateDir)), 0o644))
-	if o.stateDir == "default" {
+	if stateDir == "default" {
+		raw, err := os.ReadFile(o.cfg)
+		must(t, err)
+		text := strings.Replace(string(raw), noStateDir, defaultStateDirLine, 1)
+		if text == string(raw) {
+			t.Fatalf("%s has no line %s to remove", o.cfg, noStateDir)
+		}
+		must(t, os.WriteFile(o.cfg, []byte(text), 0o644))
 		o.stateDir = defaultStateDir
+	} else {
+		keepIn(t, o.cfg, o.stateDir)
 	}
 
 	o.p = startXLB(t, b, o.cfg)

@@ -22,9 +22,10 @@ import (
 // another user could have put there. A state_dir writable by its group
 // makes it exit 1 with one line naming the directory and why, before it
 // attaches anything. Made 0700, with links planted as conntrack.new and
-// controlplane.json.new pointing at root-owned files outside, xlb starts,
-// tracks flows and stops, leaving those files as they were and its own
-// files regular, 0600 and root's. Last, controlplane.json edited with two
+// controlplane.json.new pointing at root-owned files outside, xlb starts
+// (a second one on the same directory meanwhile exits 1 with one line
+// naming it and the first one's pid), tracks flows and stops, leaving
+// those files as they were and its own files regular, 0600 and root's. Last, controlplane.json edited with two
 // backends' slots swapped (valid JSON, a consistent state) is refused by
 // its checksum at the next start: the table kept beside it is emptied.
 func TestStateDir_Hostile(t *testing.T) {
@@ -34,10 +35,7 @@ func TestStateDir_Hostile(t *testing.T) {
 	must(t, os.Mkdir(dir, 0o700))
 	must(t, os.Chmod(dir, 0o770))
 	cfg := writeConfig(t, b)
-	raw, err := os.ReadFile(cfg)
-	must(t, err)
-	text := strings.Replace(string(raw), "[dataplane]\n", fmt.Sprintf("[dataplane]\nstate_dir = %q\n", dir), 1)
-	must(t, os.WriteFile(cfg, []byte(text), 0o644))
+	keepIn(t, cfg, dir)
 
 	// Refused: exit 1, one line, nothing attached or written.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -45,7 +43,7 @@ func TestStateDir_Hostile(t *testing.T) {
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", b.LB.NS, xlbBin, "run", "-c", cfg)
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
+	err := cmd.Run()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 		t.Errorf("xlb on a group-writable state_dir: %v, want exit status 1", err)
@@ -73,6 +71,20 @@ func TestStateDir_Hostile(t *testing.T) {
 	}
 	p := startXLB(t, b, cfg)
 	waitStatus(t, b, "healthy backends", allHealthy)
+
+	// A second xlb on the same state_dir: exit 1, one line naming the
+	// directory and the first one's pid (ip netns exec execs: xlb's own).
+	out.Reset()
+	second := exec.CommandContext(ctx, "ip", "netns", "exec", b.LB.NS, xlbBin, "run", "-c", cfg)
+	second.Stdout, second.Stderr = &out, &out
+	if err := second.Run(); !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("a second xlb on the same state_dir: %v, want exit status 1", err)
+	}
+	inUse := fmt.Sprintf("dataplane.state_dir %s is in use by xlb pid %d: give each instance its own state_dir", dir, p.cmd.Process.Pid)
+	if n := strings.Count(out.String(), inUse); n != 1 {
+		t.Errorf("the second xlb's output has %d lines %q, want 1:\n%s", n, inUse, out.String())
+	}
+
 	web := netip.AddrPortFrom(testbed.VIP4, testbed.HTTPPort)
 	if n := len(probe(t, b, "tcp", web, 30)); n < 2 {
 		t.Fatalf("30 connections reached %d backends", n)

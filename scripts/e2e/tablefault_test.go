@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -31,10 +30,7 @@ func TestTableFile_TruncatedUnderXLB(t *testing.T) {
 	web := netip.AddrPortFrom(testbed.VIP4, testbed.HTTPPort)
 	stateDir := t.TempDir()
 	cfg := faultConfig(t, b, 2, 2, faultSvc{name: "web", port: web.Port(), primaries: []string{"b1", "b2", "b3"}})
-	raw, err := os.ReadFile(cfg)
-	must(t, err)
-	text := strings.Replace(string(raw), "[dataplane]\n", fmt.Sprintf("[dataplane]\nstate_dir = %q\n", stateDir), 1)
-	must(t, os.WriteFile(cfg, []byte(text), 0o644))
+	keepIn(t, cfg, stateDir)
 	table := filepath.Join(stateDir, "conntrack")
 
 	for _, tc := range []struct {

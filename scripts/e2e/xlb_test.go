@@ -3,7 +3,9 @@ package e2e
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -52,6 +54,7 @@ func startXLB(t *testing.T, b *testbed.Bed, cfg string) *xlbProc {
 // startXLBWith is startXLB with the binary bin (another build of xlb).
 func startXLBWith(t *testing.T, b *testbed.Bed, cfg, bin string) *xlbProc {
 	t.Helper()
+	ownStateDir(t, cfg)
 	p := &xlbProc{bed: b, log: &syncbuf.Buffer{}, exited: make(chan struct{}),
 		cmd: exec.Command("ip", "netns", "exec", b.LB.NS, bin, "run", "-c", cfg)}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
@@ -87,6 +90,37 @@ func startXLBWith(t *testing.T, b *testbed.Bed, cfg, bin string) *xlbProc {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// noStateDir is the line of every configuration the tests write: without
+// it xlb would keep its table in /run/xlb (the default), the host's, which
+// the tests running side by side would contend for (the second one
+// refuses to start). keepIn gives a test a directory of its own.
+const noStateDir = `state_dir = ""` + "\n"
+
+// ownStateDir fails t unless the configuration at cfg says where its table
+// is kept, or that it is not: each instance needs its own state_dir.
+func ownStateDir(t *testing.T, cfg string) {
+	t.Helper()
+	raw, err := os.ReadFile(cfg)
+	must(t, err)
+	if !strings.Contains(string(raw), "\nstate_dir = ") && !strings.Contains(string(raw), "\n"+defaultStateDirLine) {
+		t.Fatalf("%s sets no dataplane.state_dir: the default, /run/xlb, is the host's; write %q or keepIn a directory of the test", cfg, noStateDir)
+	}
+}
+
+// keepIn makes the configuration at cfg keep its table in dir, a
+// directory of the test (t.TempDir: 0700, root's, under the sticky /tmp,
+// which safedir accepts), in place of its state_dir = "".
+func keepIn(t *testing.T, cfg, dir string) {
+	t.Helper()
+	raw, err := os.ReadFile(cfg)
+	must(t, err)
+	text := strings.Replace(string(raw), noStateDir, fmt.Sprintf("state_dir = %q\n", dir), 1)
+	if text == string(raw) {
+		t.Fatalf("%s has no line %s to replace", cfg, noStateDir)
+	}
+	must(t, os.WriteFile(cfg, []byte(text), 0o644))
 }
 
 // stop ends xlb with SIGTERM (SIGKILL after 5 s) if it still runs.
