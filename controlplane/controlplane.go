@@ -142,6 +142,7 @@ type serviceState struct {
 type backendState struct {
 	ref      dataplane.BackendRef
 	service  string
+	fleetID  uint64 // dataplane.FleetID(service, its IP): set once, as the key never changes
 	ep       config.Endpoint
 	method   config.ForwardingMethod // its service's
 	group    string
@@ -249,6 +250,7 @@ func (c *ControlPlane) Apply(cfg *config.Config, now int64) (Diff, error) {
 					c.slots[slot] = &backendState{
 						ref:     dataplane.MakeRef(slot, c.gens[slot]),
 						service: s.Name,
+						fleetID: dataplane.FleetID(s.Name, ep.IP),
 						healthy: c.opts.InitialHealthy,
 						weight:  c.opts.InitialWeight,
 					}
@@ -655,6 +657,7 @@ func (c *ControlPlane) publish(now int64) {
 		}
 		db := &dataplane.Backend{
 			Ref:            b.ref,
+			FleetID:        b.fleetID,
 			Name:           b.ep.Name,
 			IP:             b.ep.IP,
 			Addr:           dataplane.Addr16(b.ep.IP),

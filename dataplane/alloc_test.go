@@ -18,9 +18,23 @@ import (
 // TestProcessDoesNotAllocate: Decider.Process allocates nothing per frame on
 // any path — every kind of traffic, forwarded, dropped or passed. Each case
 // first checks (with Decide) that its frame takes the path it names, so the
-// allocation count is measured where it claims to be.
+// allocation count is measured where it claims to be. Each case runs
+// with flow sync off and on (the decider pushes to a ring).
 func TestProcessDoesNotAllocate(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		name := "flowsync-off"
+		if sync {
+			name = "flowsync-on"
+		}
+		t.Run(name, func(t *testing.T) { processDoesNotAllocate(t, sync) })
+	}
+}
+
+func processDoesNotAllocate(t *testing.T, sync bool) {
 	eng, _ := benchEngine(t, conntrack.MinCapacity)
+	if sync {
+		eng.EnableFlowSync(1024)
+	}
 	dc := eng.NewDecider()
 	router4 := netip.MustParseAddr("192.0.2.99")
 	router6 := netip.MustParseAddr("2001:db8:e::99")
@@ -192,5 +206,65 @@ func processAllocs(t *testing.T, dc *dataplane.Decider, frame []byte, now int64,
 	}
 	if allocs != 0 {
 		t.Errorf("%v allocations per Process", allocs)
+	}
+}
+
+// TestProcessDoesNotAllocate_FlowSyncPushes: a batch that pushes a record
+// (a connection's SYN, then the ACK that confirms its entry) allocates
+// nothing, whether the ring has room (a consumer pops as the sync
+// goroutine would) or is full (the record is dropped and counted).
+func TestProcessDoesNotAllocate_FlowSyncPushes(t *testing.T) {
+	eng, _ := benchEngine(t, conntrack.MinCapacity)
+	eng.EnableFlowSync(64)
+	dc := eng.NewDecider()
+	ring := eng.SyncRings()[0]
+	c4 := netip.MustParseAddr("100.64.0.1")
+	var frames [2][]byte
+	for i, flags := range []string{"S", "A"} {
+		f, err := craft.Build(&craft.Packet{Src: c4, Dst: benchVIPWeb4, Proto: packet.ProtoTCP, SrcPort: 40000, DstPort: 80, Flags: flags})
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames[i] = f
+	}
+	var bufs [2][]byte
+	for i := range bufs {
+		bufs[i] = make([]byte, dataplane.Headroom+len(frames[i])+dataplane.Headroom)
+	}
+	batch := make([]dataplane.Frame, 2)
+	popped := make([]dataplane.SyncRecord, 64)
+	now := benchClock()
+	run := func() {
+		for i := range batch {
+			copy(bufs[i][dataplane.Headroom:], frames[i])
+			batch[i] = dataplane.Frame{Buf: bufs[i], Off: dataplane.Headroom, Len: len(frames[i])}
+		}
+		dc.Process(batch, now)
+	}
+	const runs = 200
+	for _, tc := range []struct {
+		name    string
+		consume bool
+	}{{"ring with room", true}, {"full ring", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p0, d0 := ring.Pushed(), ring.Drops()
+			allocs := testing.AllocsPerRun(runs, func() {
+				run()
+				if tc.consume {
+					ring.Pop(popped)
+				}
+			})
+			if batch[0].Verdict != dataplane.VerdictForward || batch[1].Verdict != dataplane.VerdictForward {
+				t.Fatalf("verdicts %v %v, want forward", batch[0].Verdict, batch[1].Verdict)
+			}
+			// AllocsPerRun runs once more than asked (a warm-up).
+			pushed, dropped := ring.Pushed()-p0, ring.Drops()-d0
+			if pushed+dropped != runs+1 || (tc.consume && dropped != 0) || (!tc.consume && dropped == 0) {
+				t.Fatalf("%d records pushed and %d dropped in %d runs", pushed, dropped, runs+1)
+			}
+			if allocs != 0 {
+				t.Errorf("%v allocations per Process", allocs)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"encoding/binary"
+	"sync"
 	"sync/atomic"
 
 	"xlb/config"
@@ -24,6 +25,13 @@ type Engine struct {
 	ct     atomic.Pointer[conntrack.Table]
 	lim    FloodLimits
 	faults tableFaults
+
+	// Flow sync (syncring.go): the ring size of deciders made from now
+	// on (0: none) and their rings. The lock is taken by NewDecider and
+	// SyncRings, never per packet.
+	syncMu   sync.Mutex
+	syncSize int
+	rings    []*SyncRing
 }
 
 // FloodLimits bound what new flows may cost the tracking table.
@@ -184,11 +192,15 @@ type Decider struct {
 	rec   tokenBucket // new entries recorded (FloodLimits.NewPerSec)
 
 	ct *conntrack.Table // the engine's table, loaded once per batch
+
+	// ring takes the flows that become established and this instance's
+	// own ([flow_sync]); nil without flow sync.
+	ring *SyncRing
 }
 
 // NewDecider returns a decider of e.
 func (e *Engine) NewDecider() *Decider {
-	return &Decider{e: e, stats: newStats(), lim: e.lim}
+	return &Decider{e: e, stats: newStats(), lim: e.lim, ring: e.newSyncRing()}
 }
 
 // tokenBucket is a token bucket on the decider's clock (ms) that starts
@@ -231,6 +243,9 @@ func (dc *Decider) Process(frames []Frame, now int64) {
 		frames = frames[n:]
 	}
 	dc.stats.flush()
+	if dc.ring != nil {
+		dc.ring.publish()
+	}
 }
 
 // Decide decides a single frame and returns the full decision (sim,
@@ -243,6 +258,9 @@ func (dc *Decider) Decide(f *Frame, now int64) Decision {
 	dc.decideBatch(dc.one[:], snap, now)
 	*f = dc.one[0]
 	dc.stats.flush()
+	if dc.ring != nil {
+		dc.ring.publish()
+	}
 	if d := &dc.ds[0]; d.pending {
 		d.selectionHash() // sim and explain show it for every decision
 	}
@@ -430,13 +448,22 @@ func (dc *Decider) back(snap *Snapshot, now int64, d *Decision, h conntrack.Hint
 		if d.Invalid == "" {
 			switch {
 			case d.ICMPSteered:
-			case e.HalfOpen && !fl.SYN && !fl.RST:
+			case !fl.RST && (e.HalfOpen || e.Peer) && !(fl.SYN && e.HalfOpen):
 				// A second packet confirms a flow on probation: the
 				// handshake went on, or a flow that began elsewhere (another
 				// instance, before a restart) goes on. It gets the service's
 				// timeout and counts as established (a SYN or a reset, a
 				// spoofed source's answer to a SYN-ACK, does not confirm).
+				// A packet of a peer's entry (Peer) claims it: the flow
+				// moved here. A session SYN (CT2: the only SYN that looks
+				// up) claims one too, since the session's new connection is
+				// served here now; a reset does not (it may be forged, and
+				// its flow is ending). Either way the flow is now
+				// established and this instance's: its peers are told.
 				ct.UpsertHint(&d.TrackKey, h, conntrack.Value{Backend: e.Backend, Side: e.Side, IdleSec: svc.IdleSec}, now)
+				if dc.ring != nil {
+					dc.ring.put(&d.TrackKey, e.Backend, e.Side, now)
+				}
 			default:
 				ct.Touch(&e, now)
 			}
@@ -501,6 +528,11 @@ func (dc *Decider) back(snap *Snapshot, now int64, d *Decision, h conntrack.Hint
 		r := ct.UpsertHint(&d.TrackKey, h, v, now)
 		d.Evicted = r == conntrack.Evicted
 		d.Refused = r == conntrack.Refused
+		if dc.ring != nil && !v.HalfOpen {
+			// A replaced entry that stays established: its peers learn
+			// the new backend.
+			dc.ring.put(&d.TrackKey, v.Backend, v.Side, now)
+		}
 	}
 }
 

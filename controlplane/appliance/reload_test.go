@@ -699,3 +699,66 @@ func TestX2_ReloadBurstKeepsRemovedBounded(t *testing.T) {
 		t.Errorf("draining backends followed %v, want b3's alone", f.rl.draining)
 	}
 }
+
+// reloadFlows records what a reload hands the flow-sync goroutine.
+type reloadFlows struct{ f *reloadRig }
+
+func (r reloadFlows) Reconfigure(c *config.FlowSync) {
+	var ps []string
+	for _, p := range c.Peers {
+		ps = append(ps, p.String())
+	}
+	r.f.calls = append(r.f.calls, fmt.Sprintf("flowsync %s keys %d rate %d [%s]", strings.Join(ps, " "), len(c.Keys), c.MaxRecordsPerSec, r.f.published()))
+}
+
+// TestX2_ReloadPassesFlowSyncOn: with [flow_sync], a reload hands the sync
+// goroutine the new peers, keys and rate bound once the control plane has
+// the new configuration (the records of a backend the reload added can be
+// resolved from then on); a new listen address, or adding or removing the
+// section, needs a restart and changes nothing.
+func TestX2_ReloadPassesFlowSyncOn(t *testing.T) {
+	f := newReloadRig(t)
+	keyFile := filepath.Join(t.TempDir(), "flow-sync.key")
+	if err := os.WriteFile(keyFile, []byte(strings.Repeat("ab", 32)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	section := func(listen, peers, extra string) string {
+		return fmt.Sprintf("\n[flow_sync]\nlisten = %q\npeers = [%s]\nkey_file = %q\n%s", listen, peers, keyFile, extra)
+	}
+	first := section("10.0.0.5:7300", `"10.0.0.5:7300", "10.0.0.6:7300"`, "")
+	f.write(t, ctlConfig+reloadDataplane+first)
+	if err := f.rl.reloadFile(ReloadOptions{}); !errors.Is(err, ErrRestart) || !strings.Contains(err.Error(), "flow_sync") {
+		t.Fatalf("adding [flow_sync]: %v, want a restart", err)
+	}
+	cur, err := config.Load(f.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.rl.cur, f.rl.flows = cur, reloadFlows{f}
+
+	next := strings.Replace(ctlConfig, `{ name = "b2", ip = "10.0.1.2" }`, `{ name = "b2", ip = "10.0.1.2" }, { name = "b3", ip = "10.0.1.3" }`, 1)
+	if next == ctlConfig {
+		t.Fatal("the fixture has changed: no b2 to add b3 after")
+	}
+	f.write(t, next+reloadDataplane+section("10.0.0.5:7300", `"10.0.0.6:7300", "10.0.0.7:7300"`, "max_records_per_sec = 5000\n"))
+	if err := f.rl.reloadFile(ReloadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := "flowsync 10.0.0.6:7300 10.0.0.7:7300 keys 1 rate 5000 [10.0.4.1,b1,b2,b3,f1]"
+	if !slices.Contains(f.calls, want) {
+		t.Errorf("calls:\n%s\nwant %q: the new peers and rate, after the control plane has b3", strings.Join(f.calls, "\n"), want)
+	}
+	for _, tc := range []struct{ name, section, want string }{
+		{"listen", section("10.0.0.8:7300", `"10.0.0.6:7300"`, ""), "flow_sync.listen changed: restart required"},
+		{"removed", "", "flow_sync changed: restart required"},
+	} {
+		calls := len(f.calls)
+		f.write(t, next+reloadDataplane+tc.section)
+		if err := f.rl.reloadFile(ReloadOptions{}); !errors.Is(err, ErrRestart) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+		if len(f.calls) != calls {
+			t.Errorf("%s: a rejected reload changed something: %v", tc.name, f.calls[calls:])
+		}
+	}
+}
