@@ -314,14 +314,15 @@ func (s *fleetSync) join(t *testing.T, tr *traffic, j int) {
 	if st.FlowSync == nil || st.FlowSync.Pull == nil || !st.FlowSync.Pull.Done || st.FlowSync.Pull.Error != "" {
 		t.Errorf("%s /status flow_sync: %+v, want a pull done without error", name, st.FlowSync)
 	} else if pl := st.FlowSync.Pull; pl.Stored < len(alive) {
-		t.Errorf("%s pulled %d records from %s and stored %d, want every one of the %d long-lived flows", name, pl.Records, pl.Peer, pl.Stored, len(alive))
+		t.Errorf("%s pulled %d records from %s and stored %d, want every one of the %d long-lived flows (refused for an unknown backend: %.0f)",
+			name, pl.Records, pl.Peer, pl.Stored, len(alive), s.metric(t, j, `xlb_flowsync_refused_total{reason="unknown_backend"}`))
 	}
 	f.waitStatus(t, j, "healthy backends", fleetHealthy)
 	added := f.waitRoutes(t, append(rest, j)...)
 	tr.settle(t, alive, added)
 	// The flows ECMP moved to j: each a hit of a pulled entry there, which
 	// makes it j's own and sends it to the peers (the design's rule (b)).
-	s.waitMetric(t, j, "xlb_flowsync_records_sent_total", func(v float64) bool { return v > 0 })
+	s.waitMetric(t, j, `xlb_flowsync_records_sent_total{source="ring"}`, func(v float64) bool { return v > 0 })
 	via := s.vias(t, alive)
 	moved := 0
 	for _, v := range via {
@@ -637,9 +638,21 @@ func (s *fleetSync) metrics(t *testing.T, j int) map[string]float64 {
 	return out
 }
 
+// metric is instance j's series, or with a bare name the sum over its
+// labels.
 func (s *fleetSync) metric(t *testing.T, j int, series string) float64 {
 	t.Helper()
-	return s.metrics(t, j)[series]
+	m := s.metrics(t, j)
+	if strings.Contains(series, "{") {
+		return m[series]
+	}
+	sum := 0.0
+	for k, v := range m {
+		if k == series || strings.HasPrefix(k, series+"{") {
+			sum += v
+		}
+	}
+	return sum
 }
 
 func (s *fleetSync) waitMetric(t *testing.T, j int, series string, ok func(float64) bool) {
