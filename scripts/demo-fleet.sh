@@ -3,7 +3,7 @@
 # on this machine. It builds bin/xlb and bin/xlb-testserver, brings up the
 # fleet test bed (scripts/testbed.sh --instances 3, prefix xlbfleet: a
 # client, a router running BIRD 2, instances l1-l3, backends b1-b3 in
-# network namespaces), runs `xlb run` in each instance with the same
+# network namespaces; b4 joins the services in step 4), runs `xlb run` in each instance with the same
 # services and a [bgp] section (AS 65010 to the router's AS 65000, hold
 # time 3 s, graceful shutdown 2 s), waits until the router has one ECMP
 # route to the VIPs over all three, and then:
@@ -14,7 +14,11 @@
 #   2. keeps 300 long-lived connections (a request every 100 ms each) and a
 #      new connection every 20 ms, kills l1 with kill -9, and prints how
 #      many long-lived connections survived and how long new ones failed;
-#   3. drains l2 with `xlb drain --node` and prints that none broke.
+#   3. drains l2 with `xlb drain --node` and prints that none broke;
+#   4. the combined event, twice: the fleet started afresh over b1-b3 with
+#      300 long-lived connections, b4 added on every instance by a reload,
+#      then l1 killed with kill -9; once without [flow_sync] and once with
+#      it, printing how many long-lived connections each lost.
 #
 # Everything is torn down on every exit path. Needs root and BIRD 2.
 set -euo pipefail
@@ -30,6 +34,10 @@ RUN=/run/xlb-testbed-$PREFIX
 ADMIN_PORT=9110
 N_NEW=600
 N_LONG=300
+# config's choices: the services' backends (3: b1-b3, 4: b1-b4), and
+# whether [flow_sync] is on.
+N_BACKENDS=3
+SYNC=0
 
 die() { echo "$PROG: $*" >&2; exit 1; }
 
@@ -109,6 +117,16 @@ report() {
 	grep "^phase $PHASE" "$TMP/hold.out" | sed 's/^/   /'
 }
 
+# endpoints SUFFIX FAMILY: the services' endpoints b1..b$N_BACKENDS.
+endpoints() {
+	local i sep=""
+	for i in $(seq "$N_BACKENDS"); do
+		if [ "$2" = 4 ]; then printf '%s{ name = "b%d%s", ip = "10.97.0.%d" }' "$sep" "$i" "$1" $((10 + i))
+		else printf '%s{ name = "b%d%s", ip = "fd00:97::%d" }' "$sep" "$i" "$1" $((10 + i)); fi
+		sep=", "
+	done
+}
+
 config() {
 	local j=$1
 	cat <<-EOF
@@ -139,7 +157,7 @@ config() {
 	health_checks = ["hc"]
 	  [[backend_service.backend]]
 	  group = "primary"
-	  endpoints = [ { name = "b1", ip = "10.97.0.11" }, { name = "b2", ip = "10.97.0.12" }, { name = "b3", ip = "10.97.0.13" } ]
+	  endpoints = [ $(endpoints "" 4) ]
 
 	[[backend_service]]
 	name = "web6"
@@ -147,7 +165,7 @@ config() {
 	health_checks = ["hc"]
 	  [[backend_service.backend]]
 	  group = "primary"
-	  endpoints = [ { name = "b1-v6", ip = "fd00:97::11" }, { name = "b2-v6", ip = "fd00:97::12" }, { name = "b3-v6", ip = "fd00:97::13" } ]
+	  endpoints = [ $(endpoints -v6 6) ]
 
 	[[forwarding_rule]]
 	name = "web-v4"
@@ -171,6 +189,105 @@ config() {
 	  address = "10.97.0.1"
 	  asn = 65000
 	EOF
+	[ "$SYNC" = 1 ] && cat <<-EOF
+
+	[flow_sync]
+	listen = "10.97.0.$((1 + j)):7300"
+	peers = ["10.97.0.2:7300", "10.97.0.3:7300", "10.97.0.4:7300"]
+	key_file = "$TMP/flow-sync.key"
+	pull_on_start = true
+	pull_timeout_sec = 3
+	EOF
+	return 0
+}
+
+# start_xlb J: xlb run in lJ, on a fresh state_dir, until it serves /healthz.
+start_xlb() {
+	local j=$1 i
+	rm -rf "$TMP/l$j.state"
+	config "$j" >"$TMP/l$j.toml"
+	ip netns exec "$PREFIX-l$j" bin/xlb run -c "$TMP/l$j.toml" >"$TMP/l$j.log" 2>&1 &
+	XLB_PID[$j]=$!
+	for i in $(seq 200); do
+		kill -0 "${XLB_PID[$j]}" 2>/dev/null || { cat "$TMP/l$j.log" >&2; die "xlb in l$j exited (log above)"; }
+		[ "$(admin "$j" /healthz)" = ok ] && return 0
+		sleep 0.1
+	done
+	die "xlb in l$j did not serve /healthz within 20s"
+}
+
+# stop_xlb J: SIGTERM to lJ's xlb, and wait until it is gone.
+stop_xlb() {
+	kill -TERM "${XLB_PID[$1]}" 2>/dev/null || true
+	wait "${XLB_PID[$1]}" 2>/dev/null || true
+	unset "XLB_PID[$1]"
+}
+
+# start_hold: N_LONG long-lived connections and the stream, reporting in phases.
+start_hold() {
+	local i
+	PHASE=0
+	ip netns exec "$CLIENT" bin/xlb-testserver hold --tcp "$VIP4:80,[$VIP6]:80" -n "$N_LONG" >"$TMP/hold.out" 2>&1 &
+	HOLD_PID=$!
+	for i in $(seq 200); do
+		kill -0 "$HOLD_PID" 2>/dev/null || { cat "$TMP/hold.out" >&2; die "hold failed (above)"; }
+		grep -q 'long-lived connections open' "$TMP/hold.out" && return 0
+		sleep 0.1
+	done
+	die "the long-lived connections did not open within 20s"
+}
+
+stop_hold() {
+	kill -TERM "$HOLD_PID"
+	wait "$HOLD_PID" || true
+	HOLD_PID=
+}
+
+# fleet_agrees: until `xlb status --fleet` from the router sees the same
+# tables on every instance.
+fleet_agrees() {
+	local i
+	for i in $(seq 300); do
+		ip netns exec "$ROUTER" bin/xlb status --fleet "10.97.0.2:$ADMIN_PORT,10.97.0.3:$ADMIN_PORT,10.97.0.4:$ADMIN_PORT" >/dev/null 2>&1 && return 0
+		sleep 0.1
+	done
+	die "the instances' tables still differ 30s after the reload"
+}
+
+# combined SYNC LABEL: the fleet afresh with [flow_sync] off (0) or on (1),
+# 300 long-lived connections, b4 added everywhere by a reload, then kill -9
+# of l1. Sets LOST to the long-lived connections that broke or changed
+# backend.
+combined() {
+	local j line
+	SYNC=$1 N_BACKENDS=3
+	for j in "${!XLB_PID[@]}"; do stop_xlb "$j"; done
+	wait_vias ""
+	for j in 1 2 3; do start_xlb "$j"; done
+	wait_vias "l1 l2 l3"
+	start_hold
+	sed 's/^/   /' "$TMP/hold.out"
+	sleep 1
+	N_BACKENDS=4
+	for j in 1 2 3; do
+		config "$j" >"$TMP/l$j.toml"
+		kill -HUP "${XLB_PID[$j]}"
+	done
+	sleep 2 # b4's first health check
+	fleet_agrees
+	echo "   b4 added on l1, l2 and l3 by a reload; every instance has the same tables again:"
+	report
+	t0=$(date +%s.%N)
+	kill -KILL "${XLB_PID[1]}"
+	wait "${XLB_PID[1]}" 2>/dev/null || true
+	unset 'XLB_PID[1]'
+	wait_vias "l2 l3"
+	echo "   kill -9 of l1: the router dropped its route $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }') s later"
+	sleep 6
+	report
+	line=$(grep "^phase $PHASE (" "$TMP/hold.out")
+	LOST=$(sed -E 's/.* ([0-9]+) broke, ([0-9]+) changed backend.*/\1 \2/' <<<"$line" | awk '{ print $1 + $2 }')
+	stop_hold
 }
 
 echo "== building bin/xlb and bin/xlb-testserver"
@@ -181,23 +298,14 @@ export XLB_TESTSERVER=$ROOT/bin/xlb-testserver
 echo
 echo "== fleet test bed: client c1 -> router r (BIRD, AS 65000, ECMP on the 5-tuple) -> instances l1-l3 -> backends b1-b3"
 scripts/testbed.sh down --prefix "$PREFIX" >/dev/null
-scripts/testbed.sh up --prefix "$PREFIX" --instances 3 --backends 3 --failover 0
+scripts/testbed.sh up --prefix "$PREFIX" --instances 3 --backends 4 --failover 0
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/flow-sync.key"
+echo >>"$TMP/flow-sync.key"
+chmod 600 "$TMP/flow-sync.key"
 
 echo
 echo "== xlb run in l1, l2, l3 (same services; [bgp] AS 65010, hold time 3 s, graceful shutdown 2 s)"
-for j in 1 2 3; do
-	config "$j" >"$TMP/l$j.toml"
-	ip netns exec "$PREFIX-l$j" bin/xlb run -c "$TMP/l$j.toml" >"$TMP/l$j.log" 2>&1 &
-	XLB_PID[$j]=$!
-done
-for j in 1 2 3; do
-	for i in $(seq 200); do
-		kill -0 "${XLB_PID[$j]}" 2>/dev/null || { cat "$TMP/l$j.log" >&2; die "xlb in l$j exited (log above)"; }
-		[ "$(admin "$j" /healthz)" = ok ] && break
-		[ "$i" -lt 200 ] || die "xlb in l$j did not serve /healthz within 20s"
-		sleep 0.1
-	done
-done
+for j in 1 2 3; do start_xlb "$j"; done
 t0=$SECONDS
 wait_vias "l1 l2 l3"
 echo "every instance announces both VIPs; the router's ECMP routes (after $((SECONDS - t0))s):"
@@ -220,14 +328,7 @@ ip netns exec "$ROUTER" bin/xlb status --fleet "10.97.0.2:$ADMIN_PORT,10.97.0.3:
 
 echo
 echo "== 2. $N_LONG long-lived connections (a request every 100 ms each, IPv4 and IPv6) and a new connection every 20 ms"
-ip netns exec "$CLIENT" bin/xlb-testserver hold --tcp "$VIP4:80,[$VIP6]:80" -n "$N_LONG" >"$TMP/hold.out" 2>&1 &
-HOLD_PID=$!
-for i in $(seq 200); do
-	kill -0 "$HOLD_PID" 2>/dev/null || { cat "$TMP/hold.out" >&2; die "hold failed (above)"; }
-	grep -q 'long-lived connections open' "$TMP/hold.out" && break
-	[ "$i" -lt 200 ] || die "the long-lived connections did not open within 20s"
-	sleep 0.1
-done
+start_hold
 sed 's/^/   /' "$TMP/hold.out"
 sleep 2
 report
@@ -253,9 +354,24 @@ echo "   the router routes the VIPs via l3 alone $(awk -v a="$t0" -v b="$(date +
 sleep 4
 report
 
-kill -TERM "$HOLD_PID"
-wait "$HOLD_PID" || true
-HOLD_PID=
+stop_hold
 echo
 echo "== xlb status in l2 (drained): its BGP section"
 ip netns exec "$PREFIX-l2" bin/xlb status --admin "127.0.0.1:$ADMIN_PORT" | sed -n '/^bgp:/,$p' | sed 's/^/   /'
+
+echo
+echo "== 4. events combined: b4 added on every instance by a reload, then kill -9 of l1"
+echo "   (the flows the router moves off l1 reach instances that never saw them; with b4 in"
+echo "   the tables, Maglev now sends some of them to another backend than their own)"
+echo
+echo "-- without [flow_sync]: the fleet afresh over b1-b3"
+combined 0
+without=$LOST
+echo
+echo "-- with [flow_sync] (every instance sends its tracked flows to the others; l1 pulls on start)"
+combined 1
+with=$LOST
+echo
+echo "== combined event, long-lived connections lost (broken or moved to another backend), of $N_LONG:"
+echo "   without [flow_sync]: $without"
+echo "   with [flow_sync]:    $with"

@@ -64,9 +64,25 @@ type fleet struct {
 // AS 65010, hold time 3 s (BIRD offers 9; the session takes the smaller),
 // graceful shutdown 2 s, with neighbors ("": the router) as its sessions.
 func fleetConfig(b *testbed.Bed, in testbed.Host, neighbors string) string {
+	return fleetConfigWith(b, in, neighbors, fleetOpts{})
+}
+
+// fleetOpts vary fleetConfig for a test of its own.
+type fleetOpts struct {
+	backends []string // the bed's backends the services have; nil: all
+	svcKeys  string   // more keys of both services (TOML lines)
+	stateDir string   // dataplane.state_dir; "": none kept
+	more     string   // more sections, after [bgp]
+}
+
+// fleetConfigWith is fleetConfig varied by o.
+func fleetConfigWith(b *testbed.Bed, in testbed.Host, neighbors string, o fleetOpts) string {
 	eps := func(v6 bool) string {
 		var e []string
 		for _, be := range b.Backends {
+			if o.backends != nil && !slices.Contains(o.backends, be.Name) {
+				continue
+			}
 			a, name := be.Addr4, be.Name
 			if v6 {
 				a, name = be.Addr6, be.Name+"-v6" // names are unique in a file
@@ -82,10 +98,11 @@ name = %q
 protocol = "TCP"
 health_checks = ["hc"]
 forwarding_method = "L2_DSR"
+%s
   [[backend_service.backend]]
   group = "primary"
   endpoints = [ %s ]
-`, name, eps(v6))
+`, name, o.svcKeys, eps(v6))
 	}
 	rule := func(name string, vip netip.Addr, service string) string {
 		return fmt.Sprintf(`
@@ -106,7 +123,7 @@ asn = %d
 hold_time_sec = %d
 graceful_shutdown_sec = %d
 %s`, testbed.InstanceASN, int(fleetHold/time.Second), int(fleetGrace/time.Second), neighbors)
-	return fmt.Sprintf(`
+	text := fmt.Sprintf(`
 [dataplane]
 interface = %q
 queues = "all"
@@ -132,24 +149,36 @@ healthy_threshold = 1
 unhealthy_threshold = 1
 `, in.Iface, fleetAdminPort, adminSocket(in.NS), testbed.HTTPPort) +
 		svc("web", false) + svc("web6", true) +
-		rule("web-v4", testbed.VIP4, "web") + rule("web-v6", testbed.VIP6, "web6") + bgp
+		rule("web-v4", testbed.VIP4, "web") + rule("web-v6", testbed.VIP6, "web6") + bgp + o.more
+	if o.stateDir != "" {
+		text = strings.Replace(text, "\nstate_dir = \"\"\n", fmt.Sprintf("\nstate_dir = %q\n", o.stateDir), 1)
+	}
+	return text
 }
 
 // upFleet brings the fleet bed up with three instances and writes their
 // configurations; no instance runs yet.
 func upFleet(t *testing.T, prefix string) *fleet {
 	t.Helper()
-	b := upBed(t, testbed.Options{Prefix: prefix, Instances: 3, Failover: -1})
+	return upFleetWith(t, testbed.Options{Prefix: prefix, Instances: 3, Failover: -1}, nil)
+}
+
+// upFleetWith is upFleet on a bed of opts, with conf(b, j) as instance
+// j's configuration (nil: fleetConfig's).
+func upFleetWith(t *testing.T, opts testbed.Options, conf func(b *testbed.Bed, j int) string) *fleet {
+	t.Helper()
+	b := upBed(t, opts)
 	f := &fleet{bed: b, procs: make([]*xlbProc, len(b.Instances))}
 	dir := t.TempDir()
-	for _, in := range b.Instances {
+	for j, in := range b.Instances {
 		f.cfgs = append(f.cfgs, filepath.Join(dir, in.Name+".toml"))
-		f.writeConfig(t, len(f.cfgs)-1, "")
+		if conf == nil {
+			f.writeConfig(t, j, "")
+		} else {
+			f.write(t, j, conf(b, j))
+		}
 	}
-	var err error
-	if f.exp, err = config.Load(f.cfgs[0]); err != nil {
-		t.Fatal(err)
-	}
+	f.loadExp(t)
 	// One cleanup for every instance ever started: diagnostics while they
 	// run, then stop them, then their logs.
 	t.Cleanup(func() {
@@ -177,6 +206,24 @@ func upFleet(t *testing.T, prefix string) *fleet {
 func (f *fleet) writeConfig(t *testing.T, j int, neighbors string) {
 	t.Helper()
 	if err := os.WriteFile(f.cfgs[j], []byte(fleetConfig(f.bed, f.bed.Instances[j], neighbors)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// write writes text as instance j's configuration.
+func (f *fleet) write(t *testing.T, j int, text string) {
+	t.Helper()
+	if err := os.WriteFile(f.cfgs[j], []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// loadExp reads l1's configuration for the predictions (xlb explain):
+// again after a change every instance is given.
+func (f *fleet) loadExp(t *testing.T) {
+	t.Helper()
+	var err error
+	if f.exp, err = config.Load(f.cfgs[0]); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -505,6 +552,9 @@ type traffic struct {
 	wg   sync.WaitGroup
 
 	conns []*longConn
+	// timeout is how long each answer of a long-lived connection may take
+	// (0: 10 s).
+	timeout time.Duration
 
 	mu         sync.Mutex
 	attempts   []attempt
@@ -558,7 +608,11 @@ func (tr *traffic) open(t *testing.T, n int) []*longConn {
 				errs[i] = fmt.Errorf("first request: %w", err)
 				return
 			}
-			conns[i] = &longConn{keptConn: keptConn{backend: r.Backend, timeout: 10 * time.Second},
+			timeout := tr.timeout
+			if timeout == 0 {
+				timeout = 10 * time.Second
+			}
+			conns[i] = &longConn{keptConn: keptConn{backend: r.Backend, timeout: timeout},
 				local: netip.MustParseAddrPort(hc.LocalAddr().String()), remote: dst}
 			hcs[i] = hc
 		})

@@ -104,7 +104,7 @@ func ownStateDir(t *testing.T, cfg string) {
 	t.Helper()
 	raw, err := os.ReadFile(cfg)
 	must(t, err)
-	if !strings.Contains(string(raw), "\nstate_dir = ") {
+	if !strings.Contains(string(raw), "\nstate_dir = ") && !strings.Contains(string(raw), "\n"+defaultStateDirLine) {
 		t.Fatalf("%s sets no dataplane.state_dir: the default, /run/xlb, is the host's; write %q or keepIn a directory of the test", cfg, noStateDir)
 	}
 }
