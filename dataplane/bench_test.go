@@ -34,6 +34,7 @@ import (
 	"net/netip"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -385,6 +386,8 @@ const (
 	benchBigCapacity  = 2 << 20 // conntrack entries for them (~50 % load)
 	benchSample       = 1 << 16 // ACK frames replayed out of the 1M
 	benchRewriteFlows = 1 << 16
+	benchHandshakes   = 1 << 18 // connections of the handshake fixture
+	benchSyncRing     = 4096    // records of a decider's flow-sync ring
 	// smallCapacity keeps the 64k flows of a rewrite case at 6 % load, so
 	// that no bucket overflows and every replayed ACK hits: the cases then
 	// differ by their rewrite only. (At 25 % load a dozen buckets hold more
@@ -525,11 +528,14 @@ var benchRewriteCases = []struct {
 // and reports per-packet figures. It fails unless every frame was forwarded,
 // and reports new% (frames of new connections: selected by Maglev and
 // recorded) and insert% (frames that stored a key new to the table).
-func benchRun(b *testing.B, f *benchFixture) {
+func benchRun(b *testing.B, f *benchFixture) { benchRunOn(b, f, f.dc) }
+
+// benchRunOn is benchRun with another decider of f's engine.
+func benchRunOn(b *testing.B, f *benchFixture, dc *dataplane.Decider) {
 	port := dataplane.NewMemFramePort(f.frames, benchBatch)
 	batch := make([]dataplane.Frame, benchBatch)
-	f.dc.Process(nil, benchClock()) // a fresh decider sizes its counters once
-	new0 := benchNewConns(f.dc, f.svc)
+	dc.Process(nil, benchClock()) // a fresh decider sizes its counters once
+	new0 := benchNewConns(dc, f.svc)
 	ins0 := f.eng.Conntrack().Stats().Inserts
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -538,7 +544,7 @@ func benchRun(b *testing.B, f *benchFixture) {
 	pkts := 0
 	cpu0 := benchThreadCPU()
 	for b.Loop() {
-		pkts += f.dc.Poll(port, batch, benchClock())
+		pkts += dc.Poll(port, batch, benchClock())
 	}
 	cpu := benchThreadCPU() - cpu0
 	el := b.Elapsed()
@@ -552,7 +558,7 @@ func benchRun(b *testing.B, f *benchFixture) {
 		// counts the slices other processes got.
 		b.ReportMetric(float64(cpu.Nanoseconds())/float64(pkts), "cpu-ns/pkt")
 	}
-	b.ReportMetric(100*float64(benchNewConns(f.dc, f.svc)-new0)/float64(pkts), "new%")
+	b.ReportMetric(100*float64(benchNewConns(dc, f.svc)-new0)/float64(pkts), "new%")
 	// Of those, the ones that stored a key the table did not hold (the
 	// rest overwrote their own entry in place).
 	b.ReportMetric(100*float64(f.eng.Conntrack().Stats().Inserts-ins0)/float64(pkts), "insert%")
@@ -646,5 +652,124 @@ func TestBenchFramesAreReal(t *testing.T) {
 			t.Fatalf("flows %d and %d share %v", j, i, ap)
 		}
 		seen[ap] = i
+	}
+}
+
+// fixHandshake: 256k connections, each a SYN followed by the ACK that
+// confirms its entry (the frames of one connection adjacent, so in one
+// batch), in their own table. Every replay makes each connection new
+// again: its SYN rewrites the entry half-open (CT1), its ACK confirms it,
+// which is the point where flow sync pushes a record.
+func benchFixHandshake(tb testing.TB) *benchFixture {
+	return benchShared(tb, "handshake", func(tb testing.TB) *benchFixture {
+		eng, cp := benchEngine(tb, benchBigCapacity)
+		src, _ := benchClient(0, false)
+		idx := benchSpan(0, benchHandshakes, 1)
+		syn := newBenchTemplate(tb, craft.Packet{Src: src, Dst: benchVIPWeb4, Proto: packet.ProtoTCP, SrcPort: 1, DstPort: 80, Flags: "S"})
+		ack := newBenchTemplate(tb, craft.Packet{Src: src, Dst: benchVIPWeb4, Proto: packet.ProtoTCP, SrcPort: 1, DstPort: 80, Flags: "A"})
+		syns, acks := syn.frames(idx, false), ack.frames(idx, false)
+		frames := make([][]byte, 0, 2*len(idx))
+		for i := range idx {
+			frames = append(frames, syns[i], acks[i])
+		}
+		return &benchFixture{eng: eng, cp: cp, dc: eng.NewDecider(), svc: benchServiceID(tb, eng, "web4"), frames: frames}
+	})
+}
+
+// benchSyncDeciders are the flow-sync deciders of the shared fixtures'
+// engines, made on first use (under benchFixMu). The engine's deciders
+// made after this one get rings too; the benchmarks make none.
+var benchSyncDeciders = map[*benchFixture]*dataplane.Decider{}
+
+func benchSyncDecider(f *benchFixture) *dataplane.Decider {
+	benchFixMu.Lock()
+	defer benchFixMu.Unlock()
+	dc := benchSyncDeciders[f]
+	if dc == nil {
+		f.eng.EnableFlowSync(benchSyncRing)
+		dc = f.eng.NewDecider()
+		benchSyncDeciders[f] = dc
+	}
+	return dc
+}
+
+// benchRunSync is benchRun with flow sync off or on. Each replays its
+// frames once before the clock starts, so that both find the table in
+// the same state (a SYN's first pass inserts, later ones overwrite). With
+// sync on a consumer goroutine drains the ring as the sync goroutine
+// would (every 100 µs when it found the ring empty), so pushes find room;
+// records/pkt and drops/pkt say how many were pushed and dropped.
+func benchRunSync(b *testing.B, f *benchFixture, on bool) {
+	dc := f.dc
+	if on {
+		dc = benchSyncDecider(f)
+	}
+	warm := dataplane.NewMemFramePort(f.frames, benchBatch)
+	batch := make([]dataplane.Frame, benchBatch)
+	for warm.Received < uint64(len(f.frames)) {
+		dc.Poll(warm, batch, benchClock())
+	}
+	var ring *dataplane.SyncRing
+	var stop atomic.Bool
+	var consumed sync.WaitGroup
+	if on {
+		rings := f.eng.SyncRings()
+		ring = rings[len(rings)-1]
+		for _, r := range rings {
+			drainRing(r) // what the warm-up and earlier runs left
+		}
+		consumed.Add(1)
+		go func() {
+			defer consumed.Done()
+			buf := make([]dataplane.SyncRecord, 256)
+			for !stop.Load() {
+				if ring.Pop(buf) < len(buf) {
+					time.Sleep(100 * time.Microsecond) // no allocation, unlike a timer channel
+				}
+			}
+		}()
+	}
+	var p0, d0 uint64
+	if ring != nil {
+		p0, d0 = ring.Pushed(), ring.Drops()
+	}
+	benchRunOn(b, f, dc)
+	if on {
+		stop.Store(true)
+		consumed.Wait()
+		pkts := float64(b.N) * benchBatch
+		b.ReportMetric(float64(ring.Pushed()-p0)/pkts, "records/pkt")
+		b.ReportMetric(float64(ring.Drops()-d0)/pkts, "drops/pkt")
+	}
+}
+
+func drainRing(r *dataplane.SyncRing) {
+	buf := make([]dataplane.SyncRecord, 256)
+	for r.Pop(buf) > 0 {
+	}
+}
+
+// BenchmarkFlowSync compares flow sync off and on (a ring per decider,
+// records pushed when an entry becomes established and this instance's):
+// SYNs alone (half-open entries: nothing pushed, only the branch),
+// handshakes (SYN then ACK: one record per connection, the cost per new
+// flow), and established traffic of the 1M-flow table (hits: nothing
+// pushed).
+func BenchmarkFlowSync(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		fix  func(testing.TB) *benchFixture
+	}{
+		{"syn-v4", benchFixSYN},
+		{"handshake-v4", benchFixHandshake},
+		{"established-v4-1M", benchFixEst4},
+	} {
+		for _, on := range []bool{false, true} {
+			name := c.name + "/sync=off"
+			if on {
+				name = c.name + "/sync=on"
+			}
+			b.Run(name, func(b *testing.B) { benchRunSync(b, c.fix(b), on) })
+		}
 	}
 }

@@ -257,8 +257,8 @@ func TestFlowSync_ReplacedEstablishedPushes(t *testing.T) {
 	wantNoRecord(t, ring, "SYN replacing an entry")
 }
 
-// TestFlowSync_Off: a decider made before EnableFlowSync has no ring and
-// the engine lists none for it.
+// TestFlowSync_Off: a decider made before EnableFlowSync, or after
+// EnableFlowSync(0), has no ring and the engine lists none for it.
 func TestFlowSync_Off(t *testing.T) {
 	r := cptest.New(t, specFile(syncWeb.String(), syncWebRule.String()))
 	r.Now = 1000
@@ -278,5 +278,10 @@ func TestFlowSync_Off(t *testing.T) {
 	eng.NewDecider()
 	if rings := eng.SyncRings(); len(rings) != 2 || rings[0] == rings[1] || rings[0].Len() != 16 {
 		t.Fatalf("rings %v, want two of 16", rings)
+	}
+	eng.EnableFlowSync(0)
+	eng.NewDecider()
+	if n := len(eng.SyncRings()); n != 2 {
+		t.Fatalf("%d rings after EnableFlowSync(0) and a decider, want the 2 made before", n)
 	}
 }

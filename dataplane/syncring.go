@@ -160,11 +160,13 @@ func FleetID(service string, ip netip.Addr) uint64 {
 
 // EnableFlowSync makes every decider made from now on hand the flows it
 // comes to track to a ring of its own, of ringSize records (SyncRings).
-// Call it before the workers' deciders are made.
+// Call it before the workers' deciders are made. A ringSize of 0 turns it
+// off for the deciders made afterwards (a benchmark comparing both on one
+// engine); those made before keep their rings.
 func (e *Engine) EnableFlowSync(ringSize int) {
 	e.syncMu.Lock()
 	defer e.syncMu.Unlock()
-	e.syncSize = max(ringSize, 1)
+	e.syncSize = max(ringSize, 0)
 }
 
 // SyncRings returns the rings of the deciders made since EnableFlowSync

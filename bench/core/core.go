@@ -56,6 +56,11 @@ type Options struct {
 	Progress Progress
 	// Quick marks a quick run's defaults (reported).
 	Quick bool
+	// FlowSync measures established-v4, realistic and syn at the
+	// headline again with flow sync on (a ring per worker's decider, a
+	// goroutine draining them as the sync goroutine would), right after
+	// the same case with it off.
+	FlowSync bool
 }
 
 // Progress is report.Progress as Run uses it.
@@ -124,6 +129,11 @@ type Case struct {
 	AllocsPerPkt float64 `json:"allocs_per_pkt"`
 	// NewPct is the share of packets forwarded as new connections.
 	NewPct float64 `json:"new_pct"`
+	// FlowSync: the deciders pushed to flow-sync rings; SyncRecords
+	// were pushed and SyncDrops dropped (ring full) in the window.
+	FlowSync    bool   `json:"flow_sync,omitempty"`
+	SyncRecords uint64 `json:"sync_records,omitempty"`
+	SyncDrops   uint64 `json:"sync_drops,omitempty"`
 }
 
 // Result is everything Run measured.
@@ -166,6 +176,7 @@ const (
 	stepProfile
 	stepLookup
 	stepCompare
+	stepSync // c again, flow sync on
 )
 
 // workerCounts is the scaling sweep: every count up to 4, then powers of
@@ -215,9 +226,14 @@ func plan(o *Options) []step {
 				c: caseKey{engine: true, mix: flows.EstablishedV4.Name, flows: f, workers: 1, size: smallFrame, frame: r}})
 		}
 		for _, m := range flows.Mixes() {
-			add(caseKey{engine: true, mix: m.Name, flows: f, workers: 1, size: smallFrame, frame: r})
+			base := caseKey{engine: true, mix: m.Name, flows: f, workers: 1, size: smallFrame, frame: r}
+			add(base)
 			if f != head {
 				continue
+			}
+			if o.FlowSync && (m == flows.EstablishedV4 || m == flows.Realistic || m == flows.AllSYN) {
+				// Right after the same case without: the same table.
+				steps = append(steps, step{kind: stepSync, flows: f, c: base})
 			}
 			if m == flows.EstablishedV4 || m == flows.Realistic {
 				for _, w := range workerCounts(o.Workers) {
@@ -303,8 +319,8 @@ func Run(o Options) (*Result, error) {
 				return nil, fmt.Errorf("prefill %d flows: %w", st.flows, err)
 			}
 			res.Prefills = append(res.Prefills, p)
-		case stepCase:
-			c, err := measureCase(b, st.c, getSet, o.Duration)
+		case stepCase, stepSync:
+			c, err := measureCase(b, st.c, getSet, o.Duration, st.kind == stepSync)
 			if err != nil {
 				return nil, err
 			}
@@ -346,19 +362,23 @@ func caseName(c caseKey) string {
 	return fmt.Sprintf("%s %s, %s live flows, %s, %d-byte frames, %s flows replayed", e, c.mix, count(c.flows), w, c.size, count(c.frame))
 }
 
-func measureCase(b *bed, c caseKey, getSet func(caseKey) (*flows.Set, error), dur time.Duration) (Case, error) {
+func measureCase(b *bed, c caseKey, getSet func(caseKey) (*flows.Set, error), dur time.Duration, sync bool) (Case, error) {
 	set, err := getSet(c)
 	if err != nil {
 		return Case{}, err
 	}
 	workers := min(c.workers, len(set.Frames))
-	r := &run{frames: set.Split(workers), dur: dur}
+	r := &run{frames: set.Split(workers), dur: dur, sync: sync && c.engine}
 	if c.engine {
 		r.bed = b
 	}
 	s, err := r.measure()
 	if err != nil {
-		return Case{}, fmt.Errorf("%s: %w", caseName(c), err)
+		name := caseName(c)
+		if r.sync {
+			name += ", flow sync on"
+		}
+		return Case{}, fmt.Errorf("%s: %w", name, err)
 	}
 	pk := float64(s.packets)
 	return Case{
@@ -367,6 +387,7 @@ func measureCase(b *bed, c caseKey, getSet func(caseKey) (*flows.Set, error), du
 		Packets: s.packets, Seconds: dur.Seconds(),
 		Mpps: s.mpps, MppsPerCore: s.mpps / float64(workers), NsPerPkt: s.wallNs, CPUNsPerPkt: s.cpuNs,
 		Allocs: s.allocs, AllocsPerPkt: float64(s.allocs) / pk, NewPct: 100 * float64(s.newConn) / pk,
+		FlowSync: r.sync, SyncRecords: s.syncRecords, SyncDrops: s.syncDrops,
 	}, nil
 }
 

@@ -314,3 +314,62 @@ func TestInCacheTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestRunFlowSync: with FlowSync the headline's established-v4, realistic
+// and syn cases are measured again with flow sync on, each right after
+// the same case off; the rings are drained (no drop), the windows
+// allocate nothing, and the report compares the pairs.
+func TestRunFlowSync(t *testing.T) {
+	o := Options{Workers: 1, Flows: []int{5_000}, Duration: 20 * time.Millisecond, Replay: 2048, SizeReplay: 1024, FlowSync: true}
+	steps := plan(&o)
+	syncs := 0
+	for i, st := range steps {
+		if st.kind == stepSync {
+			syncs++
+			if prev := steps[i-1]; prev.kind != stepCase || prev.c != st.c {
+				t.Errorf("sync step %+v after %+v, want right after its case", st.c, prev)
+			}
+		}
+	}
+	if syncs != 3 {
+		t.Fatalf("%d flow-sync steps, want 3", syncs)
+	}
+	res, err := Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var on []Case
+	for _, c := range res.Cases {
+		if c.FlowSync {
+			on = append(on, c)
+		}
+	}
+	if len(on) != 3 {
+		t.Fatalf("%d flow-sync cases, want 3", len(on))
+	}
+	for _, c := range on {
+		if c.Allocs != 0 || c.SyncDrops != 0 || c.Packets == 0 {
+			t.Errorf("flow-sync case %s: %d allocations, %d drops, %d packets", c.Mix, c.Allocs, c.SyncDrops, c.Packets)
+		}
+	}
+	// The cases without flow sync are the ones the other tables show.
+	if c, ok := res.find(true, flows.EstablishedV4.Name, 5_000, 1, smallFrame, replayFor(5_000, o.Replay)); !ok || c.FlowSync {
+		t.Errorf("find: %+v %v, want the case without flow sync", c, ok)
+	}
+	r := res.Report()
+	found := false
+	for _, tb := range r.Tables {
+		if strings.HasPrefix(tb.Title, "Flow sync off and on") {
+			found = len(tb.Rows) == 3
+		}
+	}
+	targets := 0
+	for _, tg := range r.Targets {
+		if strings.HasPrefix(tg.Name, "flow sync on against off") {
+			targets++
+		}
+	}
+	if !found || targets != 3 {
+		t.Errorf("flow-sync table found %v, %d flow-sync targets; want a table of 3 rows and 3 targets", found, targets)
+	}
+}

@@ -127,7 +127,7 @@ func measureCompare(b *bed, flowsN, rounds int, c caseKey, getSet func(caseKey) 
 			return Compare{}, err
 		}
 		ln := timeLines(t, hints, dur)
-		e, err := measureCase(b, c, getSet, dur)
+		e, err := measureCase(b, c, getSet, dur, false)
 		if err != nil {
 			return Compare{}, err
 		}

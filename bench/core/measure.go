@@ -21,8 +21,63 @@ type run struct {
 	frames   [][][]byte    // per worker
 	dur      time.Duration // measured time
 	onStart  func()        // called as the window opens (a CPU profile); its allocations count
+	sync     bool          // deciders with flow-sync rings, drained by a goroutine
 	ports    []*dataplane.MemFramePort
 	deciders []*dataplane.Decider
+	rings    []*dataplane.SyncRing
+}
+
+// syncRing is the records of a decider's flow-sync ring in lbbench: what
+// 2 ms of a worker's new flows at 2 Mpps fill.
+const syncRing = 4096
+
+// drainRings pops r.rings until stop, as the sync goroutine would: every
+// 100 µs once a pass found them all but empty. It closes started once it
+// allocated all it will: its buffer and the goroutine's timer, made by
+// its first time.Sleep; the window's allocation count stays the workers'.
+func (r *run) drainRings(stop *atomic.Bool, started chan<- struct{}) {
+	buf := make([]dataplane.SyncRecord, 256)
+	time.Sleep(time.Microsecond)
+	close(started)
+	for !stop.Load() {
+		more := false
+		for _, ring := range r.rings {
+			more = ring.Pop(buf) == len(buf) || more
+		}
+		if !more {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+}
+
+// startDrain takes the rings of the n deciders just made (the engine's
+// last; its next deciders, the next case's, get none) and drains them
+// in a goroutine until the returned func is called.
+func (r *run) startDrain(n int) (stop func()) {
+	all := r.bed.eng.SyncRings()
+	r.rings = all[len(all)-n:]
+	r.bed.eng.EnableFlowSync(0)
+	var halt atomic.Bool
+	var drained sync.WaitGroup
+	drained.Add(1)
+	started := make(chan struct{})
+	go func() {
+		defer drained.Done()
+		r.drainRings(&halt, started)
+	}()
+	<-started
+	return func() {
+		halt.Store(true)
+		drained.Wait()
+	}
+}
+
+// syncCounts sums the rings' pushes and drops.
+func (r *run) syncCounts() (pushed, dropped uint64) {
+	for _, ring := range r.rings {
+		pushed, dropped = pushed+ring.Pushed(), dropped+ring.Drops()
+	}
+	return pushed, dropped
 }
 
 // sample is what one measurement found.
@@ -34,6 +89,8 @@ type sample struct {
 	cpu     time.Duration // thread CPU time, all workers
 	allocs  uint64        // heap allocations of the process during the window
 	newConn uint64        // packets forwarded as new connections
+	// Flow-sync records pushed and dropped in the window (sync).
+	syncRecords, syncDrops uint64
 }
 
 type workerResult struct {
@@ -52,11 +109,17 @@ func (r *run) measure() (sample, error) {
 	n := len(r.frames)
 	r.ports = make([]*dataplane.MemFramePort, n)
 	r.deciders = make([]*dataplane.Decider, n)
+	if r.sync && r.bed != nil {
+		r.bed.eng.EnableFlowSync(syncRing)
+	}
 	for w := range n {
 		r.ports[w] = dataplane.NewMemFramePort(r.frames[w], batch)
 		if r.bed != nil {
 			r.deciders[w] = r.bed.eng.NewDecider()
 		}
+	}
+	if r.sync && r.bed != nil {
+		defer r.startDrain(n)()
 	}
 	var snap *dataplane.Snapshot
 	if r.bed != nil {
@@ -131,11 +194,13 @@ func (r *run) measure() (sample, error) {
 	// workers' own.
 	runtime.ReadMemStats(&m0)
 	runtime.ReadMemStats(&m0)
+	push0, drop0 := r.syncCounts()
 	if r.onStart != nil {
 		r.onStart()
 	}
 	close(start)
 	done.Wait()
+	push1, drop1 := r.syncCounts()
 
 	var s sample
 	for w := range n {
@@ -157,6 +222,7 @@ func (r *run) measure() (sample, error) {
 		return s, fmt.Errorf("no packet in %v", r.dur)
 	}
 	s.allocs = m1.Mallocs - m0.Mallocs
+	s.syncRecords, s.syncDrops = push1-push0, drop1-drop0
 	s.wallNs = 1000 * float64(n) / s.mpps
 	s.cpuNs = float64(s.cpu.Nanoseconds()) / float64(s.packets)
 	for _, dc := range r.deciders {

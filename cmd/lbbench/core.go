@@ -27,12 +27,14 @@ func runCore(args []string, c *common, stderr io.Writer) (report.Report, error) 
 		cpuprofile string
 		noProfile  bool
 		baseline   string
+		flowSync   bool
 	)
 	fs.IntVar(&workers, "workers", 0, "most workers of the scaling sweep (default: the number of CPUs)")
 	fs.StringVar(&flowList, "flows", "", "live-flow counts, e.g. 1k,100k,1M (default: 1k,10k,100k,1M,4M; --quick: 1k,10k,100k)")
 	duration := fs.Duration("duration", 0, "measured time per case (default 400ms; --quick: 40ms)")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "keep the CPU profile of established-v4 at the headline table in this file (go tool pprof)")
 	fs.StringVar(&baseline, "baseline", "", "a saved `lbbench core --json` of this machine: check the in-cache cost (established-v4, 1k flows) against it (target: down by a third)")
+	fs.BoolVar(&flowSync, "flowsync", false, "measure established-v4, realistic and syn at the headline table with flow sync on too (a ring per worker, drained), right after each with it off")
 	fs.BoolVar(&noProfile, "noprofile", false, "take no CPU profile (a full run takes one and summarises it with go tool pprof)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "usage: lbbench core [flags]\n\n"+
@@ -67,6 +69,7 @@ func runCore(args []string, c *common, stderr io.Writer) (report.Report, error) 
 		o.Duration = *duration
 	}
 	o.ProfileFile = cpuprofile
+	o.FlowSync = flowSync
 	if noProfile {
 		o.Profile = false
 	}

@@ -50,6 +50,30 @@ func TestCoreQuickJSON(t *testing.T) {
 	}
 }
 
+// TestCoreFlowSync: `lbbench core --flowsync` measures the headline's
+// established-v4, realistic and syn cases with flow sync on too, in the
+// same run, and reports them side by side.
+func TestCoreFlowSync(t *testing.T) {
+	var data core.Result
+	r := runJSON(t, &data, "core", "--quick", "--json", "--flowsync", "--flows", "1k", "--workers", "1", "--duration", "10ms")
+	on := 0
+	for _, c := range data.Cases {
+		if c.FlowSync {
+			on++
+			if c.Allocs != 0 || c.SyncDrops != 0 {
+				t.Errorf("flow-sync case %+v", c)
+			}
+		}
+	}
+	found := false
+	for _, tb := range r.Tables {
+		found = found || (strings.HasPrefix(tb.Title, "Flow sync off and on") && len(tb.Rows) == 3)
+	}
+	if on != 3 || !found {
+		t.Errorf("%d flow-sync cases, comparison table %v; want 3 and a table of 3 rows", on, found)
+	}
+}
+
 func TestParseCounts(t *testing.T) {
 	got, err := parseCounts("1k, 250,1M,4M")
 	if err != nil || len(got) != 4 || got[0] != 1000 || got[1] != 250 || got[2] != 1_000_000 || got[3] != 4_000_000 {
