@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"xlb/controlplane"
 	"xlb/controlplane/admin"
 	"xlb/controlplane/flowsync"
 	"xlb/dataplane/worker"
@@ -30,7 +31,8 @@ func (s *stack) flowSync() error {
 		return nil
 	}
 	s.engine.EnableFlowSync(syncRingSize)
-	fs, err := flowsync.New(flowsync.Options{Config: c, Engine: s.engine, Now: worker.NowMs, Log: s.base.Named("flowsync")})
+	fs, err := flowsync.New(flowsync.Options{Config: c, Engine: s.engine, Now: worker.NowMs, Log: s.base.Named("flowsync"),
+		AdoptDraining: s.adoptDraining})
 	if err != nil {
 		return fmt.Errorf("flow_sync: %w", err)
 	}
@@ -50,7 +52,7 @@ func (s *stack) flowSync() error {
 	case s.restore != nil:
 		s.log.Info("flow table kept from the previous process: not pulled from a peer")
 	default:
-		s.pull = &pullState{done: make(chan struct{})}
+		s.pull = &pullState{done: make(chan struct{}), settle: s.waitAdopted}
 		wg.Go(func() { s.pull.run(ctx, fs, c.PullTimeout, s.log) })
 	}
 	return nil
@@ -61,6 +63,44 @@ func (s *stack) flowSync() error {
 type pullState struct {
 	done   chan struct{}
 	result atomic.Pointer[flowsync.PullResult]
+	// settle runs after the pull, before done closes (nil: nothing).
+	settle func(ctx context.Context)
+}
+
+// adoptDraining makes the backends the pulled peer drains, that this
+// configuration lacks, draining here too (the control plane publishes
+// them before the pull merges records naming them), and has the resolver
+// follow their MACs: a frame to a backend whose MAC is unknown is
+// dropped (backend-not-ready).
+func (s *stack) adoptDraining(bs []flowsync.DrainingBackend) {
+	in := make([]controlplane.DrainingBackend, len(bs))
+	for i, b := range bs {
+		in[i] = controlplane.DrainingBackend(b)
+	}
+	n := s.cp.AdoptDraining(in, worker.NowMs())
+	s.log.Info("draining backends of the pulled peer adopted", zap.Int("offered", len(bs)), zap.Int("adopted", n))
+	if n == 0 {
+		return
+	}
+	s.follow.Lock()
+	defer s.follow.Unlock()
+	if s.rl != nil {
+		s.rl.reap() // follows the control plane's draining backends, forgets them when they end
+		return
+	}
+	// No reload can run before the reloader exists: what it would follow
+	// is the configuration's backends and the draining ones.
+	dr, _ := s.cp.Draining(worker.NowMs())
+	resolverWants{s.res}.Want(s.cfg, dr)
+	s.adoptedEarly = true
+}
+
+// waitAdopted waits, bounded, for the MACs of the draining backends
+// (adopted ones among them) before the VIPs are announced.
+func (s *stack) waitAdopted(ctx context.Context) {
+	if dr, _ := s.cp.Draining(worker.NowMs()); dr != nil {
+		waitNeighbours(ctx, s.res, dr, s.log)
+	}
 }
 
 // run pulls, logs how it went and closes done: then the VIPs may be
@@ -68,6 +108,9 @@ type pullState struct {
 // has no peer to pull from).
 func (p *pullState) run(ctx context.Context, fs *flowsync.Syncer, timeout time.Duration, log *zap.Logger) {
 	defer close(p.done)
+	if p.settle != nil {
+		defer p.settle(ctx)
+	}
 	start := time.Now()
 	log.Info("pulling the flow table from a peer before announcing", zap.Duration("timeout", timeout))
 	r := fs.Pull(ctx)

@@ -70,6 +70,12 @@ type stack struct {
 	ann     *announcer       // nil without [bgp]
 	fs      *flowsync.Syncer // nil without [flow_sync]
 	pull    *pullState       // the table pull at start; nil: none
+	// follow guards rl and adoptedEarly: the backends a pull adopts are
+	// followed by the resolver through the reloader once there is one
+	// (serveAdmin), directly before.
+	follow       sync.Mutex
+	rl           *reloader
+	adoptedEarly bool
 
 	undo []func()
 }
@@ -411,6 +417,12 @@ func (s *stack) serveAdmin() error {
 		rl.flows = s.fs
 	}
 	s.undo = append(s.undo, rl.stop)
+	s.follow.Lock()
+	s.rl = rl
+	if s.adoptedEarly {
+		rl.reap() // it learns what the resolver follows, and when to forget it
+	}
+	s.follow.Unlock()
 	capt := &capturer{engine: s.engine}
 	for _, q := range s.queues {
 		capt.workers = append(capt.workers, q.worker)

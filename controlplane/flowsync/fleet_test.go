@@ -13,6 +13,7 @@ import (
 
 	"xlb/config"
 	"xlb/conntrack"
+	"xlb/controlplane"
 	"xlb/controlplane/cptest"
 	"xlb/controlplane/flowsync"
 	"xlb/dataplane"
@@ -66,7 +67,15 @@ func newInstance(t *testing.T, text string) *instance {
 	r.D = eng.NewDecider()
 	c := &config.FlowSync{Listen: netip.MustParseAddrPort("127.0.0.1:0"), Peers: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:9")},
 		Keys: [][32]byte{{7, 7, 7}}, MaxRecordsPerSec: 100000, PullTimeout: 5 * time.Second, PullOnStart: true}
-	fs, err := flowsync.New(flowsync.Options{Config: c, Engine: eng, Now: func() int64 { return fleetNow }, Log: zap.NewNop()})
+	adopt := func(bs []flowsync.DrainingBackend) { // as the appliance does
+		in := make([]controlplane.DrainingBackend, len(bs))
+		for i, b := range bs {
+			in[i] = controlplane.DrainingBackend(b)
+		}
+		r.CP.AdoptDraining(in, fleetNow)
+	}
+	fs, err := flowsync.New(flowsync.Options{Config: c, Engine: eng, Now: func() int64 { return fleetNow }, Log: zap.NewNop(),
+		AdoptDraining: adopt})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,4 +218,55 @@ func TestFleetSync_PullThenForward(t *testing.T) {
 		t.Error("adding b4 changed no flow's Maglev choice: the test proves nothing")
 	}
 	t.Logf("%d flows pulled in %v; %d of them would have changed backend without", res.Records, res.Took, changed)
+}
+
+// TestFleetSync_PullDrainingBackend: a backend removed fleet-wide with
+// connection draining still carries its flows on A; J joins with a
+// configuration that no longer has it and pulls: J adopts it as draining
+// (never selected), so its flows resolve and J forwards them to it.
+func TestFleetSync_PullDrainingBackend(t *testing.T) {
+	draining := func(text string) string {
+		return strings.Replace(text, `health_checks = ["hc"]`, "health_checks = [\"hc\"]\nconnection_draining_timeout_sec = 600", 1)
+	}
+	a := newInstance(t, draining(fleetTOML("b1", "b2", "b3")))
+	onB2 := map[uint16]bool{}
+	for p := uint16(40000); p < 40300; p++ {
+		a.rig.Send(cptest.TCP("198.51.100.9", "203.0.113.10", p, 80, "S"))
+		if a.rig.Send(cptest.TCP("198.51.100.9", "203.0.113.10", p, 80, "A")).BackendName() == "b2" {
+			onB2[p] = true
+		}
+	}
+	if len(onB2) == 0 {
+		t.Fatal("no flow on b2: the test proves nothing")
+	}
+	a.rig.Reload(draining(fleetTOML("b1", "b3")))
+	for _, r := range a.rig.M.Engine().SyncRings() { // j learns them by the pull only
+		for buf := make([]dataplane.SyncRecord, 64); r.Pop(buf) > 0; {
+		}
+	}
+	j := newInstance(t, draining(fleetTOML("b3", "b1")))
+	peer(t, a, j)
+	res := j.fs.Pull(t.Context())
+	if res.Err != nil || res.Records != 300 || res.Stored != 300 {
+		t.Fatalf("pull: %+v, want 300 records stored (b2's %d among them)", res, len(onB2))
+	}
+	bs := j.rig.CP.Snapshot().BackendByName("b2")
+	if len(bs) != 1 || !bs[0].Removed || bs[0].DrainUntil != fleetNow+600_000 {
+		t.Fatalf("b2 on J: %+v, want one, removed, draining until %d", bs, fleetNow+600_000)
+	}
+	for p := uint16(40000); p < 40300; p++ {
+		got := j.rig.Send(cptest.TCP("198.51.100.9", "203.0.113.10", p, 80, "A"))
+		if onB2[p] && (got.Verdict != dataplane.VerdictForward || got.BackendName() != "b2") {
+			t.Errorf("port %d: J decided %v to %q (invalid %q), want forward to b2", p, got.Verdict, got.BackendName(), got.Invalid)
+		}
+		if !onB2[p] && got.BackendName() == "b2" {
+			t.Errorf("port %d: J sent a flow of another backend to b2", p)
+		}
+	}
+	// New connections never go to it.
+	for p := uint16(50000); p < 50300; p++ {
+		if got := j.rig.Send(cptest.TCP("198.51.100.9", "203.0.113.10", p, 80, "S")).BackendName(); got == "b2" {
+			t.Fatalf("a new connection went to the draining b2")
+		}
+	}
 }

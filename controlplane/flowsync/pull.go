@@ -8,10 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"sync"
 	"time"
+
+	"go.uber.org/zap"
 
 	"xlb/conntrack"
 	"xlb/dataplane"
@@ -19,7 +22,8 @@ import (
 
 // The table pull (TCP, on Listen): a frame is a 4-byte length, then one
 // message (wire.go). The puller sends a pull request; the peer answers
-// with pull records frames and a pull end, each bound to the request's
+// with the backends it drains (pull backends frames, none when it drains
+// none), pull records frames and a pull end, each bound to the request's
 // nonce, then closes.
 const (
 	// maxConcurrentPulls bounds the pulls served at once; a puller turned
@@ -119,6 +123,8 @@ func (s *Syncer) pullFrom(ctx context.Context, st *state, addr netip.AddrPort) (
 	buf := make([]byte, maxFrameLen)
 	recs := make([]Record, 0, maxFrameLen/minRecordLen+1)
 	var sender, last uint64
+	var draining []DrainingBackend
+	adopted := false // the backends frames are over
 	for first := true; ; first = false {
 		c.SetReadDeadline(time.Now().Add(pullIdleTimeout))
 		msg, err := readFrame(br, buf)
@@ -145,7 +151,20 @@ func (s *Syncer) pullFrom(ctx context.Context, st *state, addr netip.AddrPort) (
 			s.m.refused[reasonKey].Add(1)
 			return n, stored, refusedError{reasonKey}
 		}
+		if h.kind != kindPullBackends && !adopted {
+			adopted = true
+			s.adoptDraining(draining)
+		}
 		switch h.kind {
+		case kindPullBackends:
+			var ok bool
+			if !adopted {
+				draining, ok = decodeDraining(body, draining)
+			}
+			if !ok || len(draining) > maxPullBackends {
+				s.m.refused[reasonMalformed].Add(1)
+				return n, stored, refusedError{reasonMalformed}
+			}
 		case kindPullRecords:
 			got, ok := decodeRecords(body, recs)
 			if !ok {
@@ -169,6 +188,17 @@ func (s *Syncer) pullFrom(ctx context.Context, st *state, addr netip.AddrPort) (
 			return n, stored, refusedError{reasonMalformed}
 		}
 	}
+}
+
+// adoptDraining hands what the pull's backends frames carried to
+// Options.AdoptDraining; the snapshot it publishes is the one the records
+// are translated with (apply rebuilds the fleet map for it).
+func (s *Syncer) adoptDraining(bs []DrainingBackend) {
+	if len(bs) == 0 || s.adopt == nil {
+		return
+	}
+	s.adopt(bs)
+	s.log.Info("flow sync: the pulled peer's draining backends handed over", zap.Int("backends", len(bs)))
 }
 
 // serveLoop accepts pulls until the listener is closed.
@@ -240,6 +270,7 @@ func (s *Syncer) serve(ctx context.Context, c *net.TCPConn) {
 		nonce: nonce, snap: s.eng.Load(), now: s.now()}
 	tbl := s.eng.table()
 	if p.snap != nil {
+		p.backends()
 		tbl.RangeBuckets(0, tbl.Buckets(), p.now, p.entry)
 	}
 	p.frame(kindPullRecords)
@@ -270,6 +301,46 @@ type pullStream struct {
 	now   int64
 	count uint64
 	err   error
+}
+
+// backends sends the snapshot's removed backends still draining, as
+// pull backends frames, before any record that may name them.
+func (p *pullStream) backends() {
+	body := make([]byte, 2, pullFrameLimit)
+	count, sent := 0, 0
+	flush := func() {
+		if count == 0 || p.err != nil {
+			return
+		}
+		binary.BigEndian.PutUint16(body, uint16(count))
+		p.enc.putBody(body)
+		p.frame(kindPullBackends)
+		body, count = body[:2], 0
+	}
+	for _, b := range p.snap.Backends {
+		if b == nil || !b.Removed || p.now >= b.DrainUntil || sent == maxPullBackends {
+			continue
+		}
+		svc := p.snap.Service(b.Service)
+		if svc == nil {
+			continue
+		}
+		d := DrainingBackend{Service: svc.Name, Name: b.Name, IP: b.IP, Group: b.Group, Failover: b.Failover,
+			DrainLeft: time.Duration(b.DrainUntil-p.now) * time.Millisecond}
+		l := drainingLen(&d)
+		if headerLen+l+2+tagLen > pullFrameLimit {
+			continue // never fits a frame
+		}
+		if headerLen+len(body)+l+tagLen > pullFrameLimit || count == math.MaxUint16 {
+			flush()
+		}
+		var ok bool
+		if body, ok = putDraining(body, &d); ok {
+			count++
+			sent++
+		}
+	}
+	flush()
 }
 
 // entry sends a live established entry, own or a peer's.

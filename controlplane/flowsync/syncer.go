@@ -74,6 +74,13 @@ type Options struct {
 	// last-use times are on it.
 	Now func() int64
 	Log *zap.Logger
+	// AdoptDraining, when set, is given the backends a pulled peer drains
+	// (removed there, M5), before any of its records is merged, so that
+	// the records of those this instance's configuration lacks resolve:
+	// it must publish the snapshot that has them before it returns (the
+	// control plane's AdoptDraining does). nil: they are ignored, and
+	// such records refused (unknown_backend).
+	AdoptDraining func([]DrainingBackend)
 }
 
 // Syncer shares the tracked flows of one instance with its peers
@@ -82,6 +89,7 @@ type Options struct {
 type Syncer struct {
 	log    *zap.Logger
 	eng    engine
+	adopt  func([]DrainingBackend)
 	now    func() int64 // workers' clock, ms
 	wall   func() int64 // unix ms
 	id     uint64       // sender ID
@@ -183,6 +191,7 @@ func newSyncer(o Options, eng engine) (*Syncer, error) {
 	s := &Syncer{
 		log:     o.Log,
 		eng:     eng,
+		adopt:   o.AdoptDraining,
 		now:     o.Now,
 		wall:    func() int64 { return time.Now().UnixMilli() },
 		id:      binary.BigEndian.Uint64(b[:]),

@@ -3,6 +3,9 @@ package flowsync
 import (
 	"crypto/cipher"
 	"encoding/binary"
+	"math"
+	"net/netip"
+	"time"
 
 	"xlb/conntrack"
 )
@@ -18,7 +21,8 @@ import (
 //	offset size field
 //	     0    4 magic "XLBF"
 //	     4    1 version (1)
-//	     5    1 kind: 1 records (UDP), 2 pull request, 3 pull records, 4 pull end
+//	     5    1 kind: 1 records (UDP), 2 pull request, 3 pull records, 4 pull end,
+//	              5 pull backends
 //	     6    2 reserved, sent as 0 (authenticated, ignored)
 //	     8    4 key ID: the first 4 bytes of SHA-256(key)
 //	    12    8 sender ID: random per process
@@ -49,6 +53,24 @@ import (
 // which is 22 bytes for an IPv4 2T key, 23 for 3T, 27 for 5T (49 to a
 // datagram) and 51 for an IPv6 5T key. A pull request's body is its
 // 16-byte nonce; a pull end's is the number of records sent (8 bytes).
+//
+// A pull backends body (kind 5, sent before any pull records frame: the
+// backends the server drains, M5, so that a puller whose configuration
+// lacks one adopts it before its records arrive) is a count then that
+// many backends; each string is a 2-byte length then its bytes:
+//
+//	size    field
+//	   2    count (>= 1)
+//	then per backend:
+//	 2+n    service name
+//	 2+n    endpoint name
+//	   1    address length (4 or 16), then the address
+//	 2+n    group name
+//	   1    flags: bit 0 failover, bits 1-7 zero
+//	   4    drain left, ms (saturates)
+//
+// A pull sends at most maxPullBackends backends, in as many frames as
+// they need.
 const (
 	magic      = "XLBF"
 	version    = 1
@@ -57,10 +79,11 @@ const (
 	nonceLen   = 16 // a pull request's nonce
 	maxPayload = 1400
 
-	kindRecords     = 1
-	kindPullRequest = 2
-	kindPullRecords = 3
-	kindPullEnd     = 4
+	kindRecords      = 1
+	kindPullRequest  = 2
+	kindPullRecords  = 3
+	kindPullEnd      = 4
+	kindPullBackends = 5
 
 	flagKindMask = 0x3
 	flagV6       = 0x4
@@ -253,6 +276,104 @@ func decodeRecords(body []byte, dst []Record) ([]Record, bool) {
 			return dst[:0], false
 		}
 		body = body[n:]
+	}
+	return dst, true
+}
+
+// maxPullBackends bounds the draining backends one pull carries.
+const maxPullBackends = 65535
+
+// DrainingBackend is a backend a peer drains (removed from its
+// configuration, M5) while flows still go to it, as a pull carries it.
+type DrainingBackend struct {
+	Service, Name string
+	IP            netip.Addr
+	Group         string
+	Failover      bool
+	// DrainLeft is how long the drain still runs at the peer (ms
+	// precision).
+	DrainLeft time.Duration
+}
+
+// drainingLen is b's encoded size.
+func drainingLen(b *DrainingBackend) int {
+	return 2 + len(b.Service) + 2 + len(b.Name) + 1 + b.IP.Unmap().BitLen()/8 + 2 + len(b.Group) + 1 + 4
+}
+
+// putDraining appends b to dst; false when a string is too long for its
+// length or the address is not valid (it is not sent).
+func putDraining(dst []byte, b *DrainingBackend) ([]byte, bool) {
+	if len(b.Service) > math.MaxUint16 || len(b.Name) > math.MaxUint16 || len(b.Group) > math.MaxUint16 || !b.IP.IsValid() {
+		return dst, false
+	}
+	str := func(s string) {
+		dst = binary.BigEndian.AppendUint16(dst, uint16(len(s)))
+		dst = append(dst, s...)
+	}
+	str(b.Service)
+	str(b.Name)
+	ip := b.IP.Unmap().AsSlice()
+	dst = append(dst, byte(len(ip)))
+	dst = append(dst, ip...)
+	str(b.Group)
+	var f byte
+	if b.Failover {
+		f = 1
+	}
+	dst = append(dst, f)
+	return binary.BigEndian.AppendUint32(dst, uint32(min(max(b.DrainLeft.Milliseconds(), 0), math.MaxUint32))), true
+}
+
+// decodeDraining decodes a whole pull backends body, appending to dst, or
+// reports false (malformed: no backend, a truncated one, a bad address or
+// flags, bytes after the last).
+func decodeDraining(body []byte, dst []DrainingBackend) ([]DrainingBackend, bool) {
+	if len(body) < 2 {
+		return dst, false
+	}
+	n := int(binary.BigEndian.Uint16(body))
+	body = body[2:]
+	if n == 0 {
+		return dst, false
+	}
+	bad := false
+	take := func(l int) []byte {
+		if bad || len(body) < l {
+			bad = true
+			return nil
+		}
+		b := body[:l]
+		body = body[l:]
+		return b
+	}
+	str := func() string {
+		l := take(2)
+		if bad {
+			return ""
+		}
+		return string(take(int(binary.BigEndian.Uint16(l))))
+	}
+	start := len(dst)
+	for range n {
+		var b DrainingBackend
+		b.Service, b.Name = str(), str()
+		if l := take(1); !bad && (l[0] == 4 || l[0] == 16) {
+			b.IP, _ = netip.AddrFromSlice(take(int(l[0])))
+		} else {
+			bad = true
+		}
+		b.Group = str()
+		f := take(1)
+		ms := take(4)
+		if bad || f[0]&^1 != 0 {
+			return dst[:start], false
+		}
+		b.Failover = f[0] == 1
+		b.DrainLeft = time.Duration(binary.BigEndian.Uint32(ms)) * time.Millisecond
+		dst = append(dst, b)
+	}
+	if len(body) != 0 {
+		return dst[:start], false
 	}
 	return dst, true
 }
