@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 
@@ -106,16 +107,7 @@ func flowSyncFamilies(t *testing.T, src *rigSources) map[string]*dto.MetricFamil
 		t.Fatal(err)
 	}
 	t.Cleanup(fs.Close)
-	s, err := admin.New(admin.Options{Listen: "127.0.0.1:0"}, src, zap.NewNop(), fs.Collector())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
-	_, fams := scrape(t, "http://"+s.Addr().String())
-	return fams
+	return scrapeWith(t, src, fs.Collector())
 }
 
 // bgpFamilies scrapes a listener that also exports a started speaker's
@@ -138,7 +130,13 @@ func bgpFamilies(t *testing.T, src *rigSources) map[string]*dto.MetricFamily {
 	if err := sp.SetVIPs(map[netip.Addr]bgp.VIP{vip: {Announce: true, NextHop: netip.MustParseAddr("10.0.0.5")}}); err != nil {
 		t.Fatal(err)
 	}
-	s, err := admin.New(admin.Options{Listen: "127.0.0.1:0"}, src, zap.NewNop(), sp)
+	return scrapeWith(t, src, sp)
+}
+
+// scrapeWith scrapes a listener that exports extra collectors beside src.
+func scrapeWith(t *testing.T, src *rigSources, extra ...prometheus.Collector) map[string]*dto.MetricFamily {
+	t.Helper()
+	s, err := admin.New(admin.Options{Listen: "127.0.0.1:0"}, src, zap.NewNop(), extra...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"xlb/controlplane"
 	"xlb/controlplane/admin"
 	"xlb/controlplane/flowsync"
 	"xlb/dataplane/worker"
@@ -73,11 +72,7 @@ type pullState struct {
 // follow their MACs: a frame to a backend whose MAC is unknown is
 // dropped (backend-not-ready).
 func (s *stack) adoptDraining(bs []flowsync.DrainingBackend) {
-	in := make([]controlplane.DrainingBackend, len(bs))
-	for i, b := range bs {
-		in[i] = controlplane.DrainingBackend(b)
-	}
-	n := s.cp.AdoptDraining(in, worker.NowMs())
+	n := s.cp.AdoptDraining(bs, worker.NowMs())
 	s.log.Info("draining backends of the pulled peer adopted", zap.Int("offered", len(bs)), zap.Int("adopted", n))
 	if n == 0 {
 		return

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"time"
+	"xlb/controlplane"
 
 	"xlb/conntrack"
 )
@@ -284,16 +285,10 @@ func decodeRecords(body []byte, dst []Record) ([]Record, bool) {
 const maxPullBackends = 65535
 
 // DrainingBackend is a backend a peer drains (removed from its
-// configuration, M5) while flows still go to it, as a pull carries it.
-type DrainingBackend struct {
-	Service, Name string
-	IP            netip.Addr
-	Group         string
-	Failover      bool
-	// DrainLeft is how long the drain still runs at the peer (ms
-	// precision).
-	DrainLeft time.Duration
-}
+// configuration, M5) while flows still go to it, as a pull carries it
+// (DrainLeft with ms precision): the control plane's own type, which
+// adopts it.
+type DrainingBackend = controlplane.DrainingBackend
 
 // drainingLen is b's encoded size.
 func drainingLen(b *DrainingBackend) int {
