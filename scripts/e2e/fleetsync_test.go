@@ -27,6 +27,10 @@ import (
 	"xlb/scripts/testbed"
 )
 
+// fsRate is TestFleetSync's max_records_per_sec: low enough that a flood
+// could exceed it many times over.
+const fsRate = 2000
+
 // fsPort is the [flow_sync] port of TestFleetSync's instances, UDP and TCP.
 const fsPort = 7300
 
@@ -58,6 +62,10 @@ const fsDrain = 600
 //   - RemoveThenJoin: after that, l3 stops (SIGTERM) and starts again with
 //     an empty state_dir: it pulls the table and the flows that come back
 //     to it keep their backends, the draining b2 included.
+//   - SYNFlood: 100,000 SYNs from random sources at l2: they make only
+//     half-open entries, which are never sent, so l2's sync traffic
+//     stays within max_records_per_sec (and far below the flood), and
+//     the connections stay.
 //   - BadPeer: datagrams spoofed from l2's flow-sync address to l1's, of
 //     garbage, cut short, of an unknown version, sealed with a key l1
 //     does not have, a repeat and a stale one of the fleet's key, and
@@ -112,6 +120,7 @@ func TestFleetSync(t *testing.T) {
 		s.checkConns(t, tr, "l3 stopped (SIGTERM) after b2's removal", alive, term)
 		s.join(t, tr, 2)
 	})
+	t.Run("SYNFlood", func(t *testing.T) { s.synFlood(t, tr, 1) })
 	t.Run("BadPeer", func(t *testing.T) { s.badPeer(t, tr) })
 	tr.close()
 	t.Logf("long-lived connections: %d opened, %d alive at the end, %d answers in all", len(conns), len(tr.alive()), answers(conns))
@@ -168,7 +177,8 @@ peers = [%s]
 key_file = %q
 pull_on_start = true
 pull_timeout_sec = 5
-`, netip.AddrPortFrom(b.Instances[j].Addr4, fsPort), strings.Join(peers, ", "), s.keyFile),
+max_records_per_sec = %d
+`, netip.AddrPortFrom(b.Instances[j].Addr4, fsPort), strings.Join(peers, ", "), s.keyFile, fsRate),
 	})
 }
 
@@ -810,4 +820,45 @@ func spoofUDP(ns string, src, dst netip.AddrPort, payload []byte) error {
 		defer unix.Close(fd)
 		return unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: d4})
 	})
+}
+
+// synFlood floods instance j with SYNs from random sources to the VIP and
+// checks that its records sent stay within the rate bound and never
+// follow the flood (half-open entries are not shared), and that no
+// long-lived connection breaks.
+func (s *fleetSync) synFlood(t *testing.T, tr *traffic, j int) {
+	f := s.f
+	alive := tr.alive()
+	in := f.bed.Instances[j]
+	fl, err := newTCPFlooder(f.bed.Router, in.MAC, netip.AddrPortFrom(testbed.VIP4, testbed.HTTPPort), "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.close()
+	sent := func() float64 {
+		return s.metric(t, j, `xlb_flowsync_records_sent_total{source="ring"}`) + s.metric(t, j, `xlb_flowsync_records_sent_total{source="refresh"}`)
+	}
+	const frames = 100_000
+	start, before := time.Now(), sent()
+	flooded := 0
+	for flooded < frames {
+		n, err := fl.sendBatch()
+		if err != nil {
+			t.Fatalf("flooding %s: %v", in.Name, err)
+		}
+		flooded += n
+	}
+	tr.settle(t, alive, time.Now())
+	records, secs := sent()-before, time.Since(start).Seconds()
+	// The token bucket holds a tenth of a second of records, at least a
+	// datagram's worth (49).
+	bound := fsRate*secs + max(fsRate/10, 49)
+	t.Logf("%d SYNs at %s: %.0f records sent meanwhile (%.1f s; bound %.0f)", flooded, in.Name, records, secs, bound)
+	if records > bound {
+		t.Errorf("%s sent %.0f records during a SYN flood of %.1f s, over its bound of %.0f", in.Name, records, secs, bound)
+	}
+	if records > frames/100 {
+		t.Errorf("%s sent %.0f records for %d SYNs: half-open entries must not be shared", in.Name, records, frames)
+	}
+	s.checkConns(t, tr, "SYN flood at "+in.Name, alive, start)
 }
