@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"xlb/controlplane/cptest"
 	"xlb/dataplane"
 	"xlb/internal/nsx"
 	"xlb/scripts/testbed"
@@ -251,17 +252,19 @@ func (s *fleetSync) addThenKill(t *testing.T, tr *traffic) {
 
 	alive = tr.alive()
 	via := s.vias(t, alive)
-	onL1, remapped := 0, 0
-	for i, c := range alive {
-		if via[i] != 0 {
-			continue
+	off := s.offMaglev(t, alive)
+	onL1, remapped, changed := 0, 0, 0
+	for i := range alive {
+		if off[i] {
+			changed++
 		}
-		onL1++
-		if f.predict(t, c.local, c.remote) != c.backend {
-			remapped++
+		if via[i] == 0 {
+			onL1++
+			if off[i] {
+				remapped++
+			}
 		}
 	}
-	changed := s.maglevChanged(t, alive)
 	t.Logf("before the kill: %d long-lived connections cross l1; %d of them, %d of all %d, on a backend Maglev no longer chooses for them",
 		onL1, remapped, changed, len(alive))
 	if changed == 0 {
@@ -528,17 +531,19 @@ func (s *fleetSync) checkConns(t *testing.T, tr *traffic, what string, alive []*
 	}
 }
 
-// maglevChanged counts the connections of conns whose backend is not the
-// one xlb explain now predicts for a new connection of theirs.
-func (s *fleetSync) maglevChanged(t *testing.T, conns []*longConn) int {
+// offMaglev says, per connection of conns, whether its backend is not the
+// one Maglev now chooses for a new connection of its 5-tuple: decided by
+// one engine built once from l1's configuration (xlb explain's
+// f.predict builds one per call, too slow for 300 connections).
+func (s *fleetSync) offMaglev(t *testing.T, conns []*longConn) []bool {
 	t.Helper()
-	n := 0
-	for _, c := range conns {
-		if s.f.predict(t, c.local, c.remote) != c.backend {
-			n++
-		}
+	rig := cptest.New(t, s.config(s.f.bed, 0))
+	out := make([]bool, len(conns))
+	for i, c := range conns {
+		r := rig.Send(cptest.TCP(c.local.Addr().Unmap().String(), c.remote.Addr().Unmap().String(), c.local.Port(), c.remote.Port(), "S"))
+		out[i] = strings.TrimSuffix(r.BackendName(), "-v6") != c.backend
 	}
-	return n
+	return out
 }
 
 // vias is, per connection of conns, the instance the router's route sends
