@@ -18,6 +18,10 @@ type SyncRecord struct {
 	Backend BackendRef
 	Side    Side
 	Now     int64
+	// One record, one cache line (the ring's array is line-aligned): a
+	// 56-byte record would straddle two lines in most slots, and each
+	// line the worker writes is one the sync goroutine's core read last.
+	_ [8]byte
 }
 
 // SyncRing is a single-producer, single-consumer ring of SyncRecords: one
