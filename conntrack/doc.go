@@ -78,9 +78,11 @@
 // changed; it never takes a lock and only ever waits for the few stores of
 // a write to the very slot it wants. Writers of one bucket serialize on a
 // lock bit in slot 0's header (one CAS); different buckets share nothing.
-// Keys never move: a writer fills a free or reclaimed slot, and adjusts a
-// home's reach (a header store that leaves the sequence alone) after
-// placing or removing a key of that home.
+// A writer fills a free or reclaimed slot, and adjusts a home's reach (a
+// header store that leaves the sequence alone) after placing or removing
+// a key of that home. A key moves only to make room in a full bucket
+// pair: to its other bucket, written there before it is cleared here, so
+// that a reader finds it at one place or the other (makeRoom).
 // Touch stores lastUse alone, outside the seqlock: it is one word, and a
 // stale touch of a reused slot merely refreshes another entry.
 //
