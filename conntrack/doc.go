@@ -90,15 +90,19 @@
 //
 // An entry idle for IdleSec seconds or more (now - lastUse >= IdleSec*1000)
 // is treated as absent by Lookup and Range; nothing scans for it. Its slot is
-// reclaimed when a later Upsert lands in the same bucket. When a new key's
-// bucket is full, Upsert reuses an expired slot (counted as reclaimed), else
-// evicts the least recently used live entry of that bucket (counted as an
-// eviction). Upsert never fails and the table never grows. Because a key
-// can live only in its own bucket of eight, evictions start before Len
-// reaches Capacity. Measured with live (unexpired) keys filled into an empty
-// table to a given share of Capacity: at 50 % 0.8 % of inserts displaced a
-// live entry, at 75 % 5 %, at 100 % 14 %. Size the capacity at about twice
-// the expected number of concurrent flows to keep evictions rare.
+// reclaimed when a later Upsert lands in the same bucket. A new key goes
+// into a free or expired slot of its first bucket, else of its second
+// (expired ones counted as reclaimed); when both are full of live
+// entries, Upsert evicts a half-open entry of the pair, else moves a key
+// of the pair to its own other bucket where that has room (counted as a
+// move), else evicts the least recently used entry of the pair
+// (evictions counted). A half-open key never evicts an established
+// entry: with only those left it is not stored (Refused). The table never
+// grows. Measured with live (unexpired) keys filled into an empty 1M
+// table (BenchmarkFill): no insert displaced a live entry up to 50 % of
+// Capacity, 0.08 % of those from 50 to 90 %, 25 % of those from 90 to
+// 100 %. Size the capacity at about 1.2 times the expected number of
+// concurrent flows to keep evictions rare.
 //
 // Merge stores a peer's record of a flow, marked peer, where the table has
 // no live entry for its key, or a half-open one for another backend; a live
