@@ -76,12 +76,47 @@ func TestExampleIsDocumented(t *testing.T) {
 	checkDocumented(t, examplePath, "")
 }
 
+// TestMinimalFromREADME: the README's configuration is
+// testdata/config/minimal.toml, byte for byte, and `xlb run` could start
+// with it (ValidateForRun), with the defaults its comments promise.
+func TestMinimalFromREADME(t *testing.T) {
+	const path = "../testdata/config/minimal.toml"
+	checkDocumentedIn(t, "../README.md", path, "## A configuration")
+	cfg, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.ValidateForRun(); err != nil {
+		t.Errorf("ValidateForRun: %v", err)
+	}
+	const summary = "1 rule on 1 VIP, 1 service, 3 backends (3 primary, 0 failover), 1 health check"
+	if s := cfg.Summary(); s != summary {
+		t.Errorf("Summary() = %q, want %q", s, summary)
+	}
+	svc := cfg.Services[0]
+	if svc.Locality != LocalityMaglev || svc.Affinity != AffinityNone ||
+		svc.Tracking.Mode != PerConnection || svc.ForwardingMethod != ForwardL2DSR {
+		t.Errorf("service defaults: %+v", svc)
+	}
+	if !cfg.Dataplane.AllQueues {
+		t.Error("queues default is not all")
+	}
+	if hc := cfg.HealthChecks[0]; hc.HealthyThreshold != 2 {
+		t.Errorf("healthy_threshold default %d, the README says two", hc.HealthyThreshold)
+	}
+}
+
 // checkDocumented fails t unless the file at path is, byte for byte, the
 // first toml block of docs/config.md after heading (from the top when
 // heading is "").
 func checkDocumented(t *testing.T, path, heading string) {
 	t.Helper()
-	const docPath = "../docs/config.md"
+	checkDocumentedIn(t, "../docs/config.md", path, heading)
+}
+
+// checkDocumentedIn is checkDocumented for the page at docPath.
+func checkDocumentedIn(t *testing.T, docPath, path, heading string) {
+	t.Helper()
 	doc, err := os.ReadFile(docPath)
 	if err != nil {
 		t.Fatal(err)

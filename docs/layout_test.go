@@ -8,19 +8,20 @@ import (
 	"testing"
 )
 
-// TestLayoutTable keeps the README's layout section true to the tree:
+// TestLayoutTable keeps the layout section of docs/architecture.md true to
+// the tree:
 // every top-level folder (but .ci and other dot folders, and build
 // outputs) has a row, every row is a folder that exists, and each folder one level below
 // is named (in backquotes) in its parent's row.
 func TestLayoutTable(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("architecture.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(readme), "\n## Layout\n")
 	section, _, _ = strings.Cut(section, "\n## ")
 	if !ok {
-		t.Fatal("README.md has no ## Layout section")
+		t.Fatal("docs/architecture.md has no ## Layout section")
 	}
 	rows := map[string]string{}
 	rowRE := regexp.MustCompile("(?m)^\\| `([^`]+)` \\|(.*)\\|$")
@@ -62,18 +63,18 @@ func TestLayoutTable(t *testing.T) {
 	for dir := range top {
 		row, ok := rows[dir]
 		if !ok {
-			t.Errorf("README layout: no row for %s/", dir)
+			t.Errorf("docs/architecture.md layout: no row for %s/", dir)
 			continue
 		}
 		for s := range sub[dir] {
 			if !strings.Contains(row, "`"+s+"`") && !strings.Contains(row, "`"+s+"/`") {
-				t.Errorf("README layout: the %s row does not name %s/%s", dir, dir, s)
+				t.Errorf("docs/architecture.md layout: the %s row does not name %s/%s", dir, dir, s)
 			}
 		}
 	}
 	for dir := range rows {
 		if !top[dir] {
-			t.Errorf("README layout: row %s names no folder of the tree", dir)
+			t.Errorf("docs/architecture.md layout: row %s names no folder of the tree", dir)
 		}
 	}
 }

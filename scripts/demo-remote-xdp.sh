@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# demo-remote-xdp.sh — the README's real-NIC recipe for `lbbench xdp
+# demo-remote-xdp.sh — the real-NIC recipe (docs/performance.md) for `lbbench xdp
 # --remote-xlb` on this machine, with two network namespaces standing in for
 # the two hosts and a veth pair for the cable: the load host (namespace
 # P-load, port P-p: generator and sink, the backends' addresses 10.77.0.11-14

@@ -15,7 +15,7 @@ import (
 
 // Remote is the real-NIC mode of `lbbench xdp`: the generator and the sink
 // on this host's NIC port, xlb run by the user on another host (see the
-// README, "Zero-copy NIC: the budget") with the configuration
+// docs/performance.md, "Zero-copy NIC: the budget") with the configuration
 // RemoteXLBConfig writes; RunExisting then measures it.
 type Remote struct {
 	// GenIface and SinkIface are this host's ports: the generator sends

@@ -41,7 +41,7 @@ func runXDP(args []string, c *common, stderr io.Writer) (report.Report, error) {
 	var rem xdp.Remote
 	var remote bool
 	var xlbConfigOut string
-	fs.StringVar(&rem.GenIface, "gen-iface", "", "real-NIC mode: this host's port the generator sends from (no namespaces are built; see README, Zero-copy NIC)")
+	fs.StringVar(&rem.GenIface, "gen-iface", "", "real-NIC mode: this host's port the generator sends from (no namespaces are built; see docs/performance.md, Zero-copy NIC)")
 	fs.StringVar(&rem.SinkIface, "sink-iface", "", "real-NIC mode: this host's port the sink receives on (default: --gen-iface)")
 	fs.BoolVar(&remote, "remote-xlb", false, "real-NIC mode: xlb runs on another host, cabled to --gen-iface/--sink-iface; lbbench writes its configuration (--xlb-config)")
 	fs.StringVar(&rem.XLBIface, "xlb-iface", "eth1", "real-NIC mode: the xlb host's interface (dataplane.interface of the configuration written)")
