@@ -9,10 +9,13 @@ scn=testdata/demo/scenario.jsonl
 echo "== xlb check"
 ./bin/xlb check -c "$cfg"
 echo
+# The figures below are the scenario's: TestDemoSimScenario (cmd/xlb)
+# replays it and checks each of them.
 echo "== xlb sim: 1000 new TCP connections while b1:b2:b3 report weights 100:200:300,"
-echo "   then b1 and b2 fail: tracked connections stay, new ones fail over to b4."
-echo "   Weights predict b1 16.7%, b2 33.3%, b3 50.0% of the first 1000 connections."
+echo "   then b1 and b2 fail: tracked connections stay, 100 new ones fail over to b4."
+echo "   Of all 1100 new connections the weights predict b1 15.2%, b2 30.3%, b3 45.5%"
+echo "   (a sixth, a third and a half of the first 1000), and b4 9.1% (the last 100)."
 ./bin/xlb sim --summary -c "$cfg" "$scn"
 echo
 echo "== xlb explain: a new connection after the failover"
-./bin/xlb explain -c "$cfg" --src 192.0.2.1 --dst 203.0.113.10 --proto tcp --sport 40000 --dport 443 --flags S --unhealthy b1,b2
+./bin/xlb explain -c "$cfg" --src 192.0.2.150 --dst 203.0.113.10 --proto tcp --sport 40000 --dport 443 --flags S --unhealthy b1,b2

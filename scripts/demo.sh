@@ -82,9 +82,10 @@ http_get() {
 		_ "$2" "$3" "$4" 2>/dev/null
 }
 
-echo "== building bin/xlb and bin/xlb-testserver"
-go build -o bin/xlb ./cmd/xlb
+echo "== building bin/xlb (as make build does) and bin/xlb-testserver"
+make --no-print-directory build >/dev/null
 go build -o bin/xlb-testserver ./cmd/xlb-testserver
+bin/xlb version
 export XLB_TESTSERVER=$ROOT/bin/xlb-testserver
 
 echo

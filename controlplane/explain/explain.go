@@ -237,6 +237,16 @@ func ruleText(r *dataplane.Rule) string {
 	return s
 }
 
+// sourceWhy says why a frame no client could send was dropped (FR8, FR9):
+// these drops come before the rule (or, for a backend, right after it).
+var sourceWhy = map[dataplane.Reason]string{
+	dataplane.ReasonMartianSource:   "FR8: the source is an address no client can have (martian); counted and dropped",
+	dataplane.ReasonSourceIsVIP:     "FR8: the source is one of the VIPs; counted and dropped",
+	dataplane.ReasonSourceIsSelf:    "FR8: the source is one of the balancer's own addresses; counted and dropped",
+	dataplane.ReasonSourceIsBackend: "FR8: the source is a backend of the service the rule selects, which answers clients directly and never sends to its VIP; counted and dropped",
+	dataplane.ReasonNotOurMAC:       "FR9: the frame was not sent to the interface's MAC; counted and dropped",
+}
+
 func report(snap *dataplane.Snapshot, p *craft.Packet, d *dataplane.Decision) *Report {
 	r := &Report{Packet: describe(p), Verdict: d.Verdict.String()}
 	if d.Verdict == dataplane.VerdictDrop {
@@ -248,6 +258,8 @@ func report(snap *dataplane.Snapshot, p *craft.Packet, d *dataplane.Decision) *R
 			r.Why = "FR1: the destination is not a VIP (or the frame is neighbour discovery); the host kernel gets it"
 		case d.Reason == dataplane.ReasonMalformed:
 			r.Why = "the frame is VIP traffic but does not parse; counted and dropped"
+		case d.Reason != dataplane.ReasonNoRule && sourceWhy[d.Reason] != "":
+			r.Why = sourceWhy[d.Reason]
 		default:
 			r.Why = "FR4: no forwarding rule of this VIP matches protocol and port; counted and dropped"
 		}
@@ -263,6 +275,10 @@ func report(snap *dataplane.Snapshot, p *craft.Packet, d *dataplane.Decision) *R
 	r.Flow = fmt.Sprintf("%s, port information: %v", keyText(conntrack.Kind5T, fl), fl.PortInfo)
 	if d.Reason == dataplane.ReasonSourceNotAllowed {
 		r.Why = "FR6: the source is outside the rule's source_ip_ranges; counted and dropped"
+		return r
+	}
+	if d.Reason == dataplane.ReasonSourceIsBackend {
+		r.Why = sourceWhy[d.Reason] // the engine stops before the keys, as for FR6
 		return r
 	}
 	r.SelectionKey = keyText(d.SelKind, fl)

@@ -188,8 +188,8 @@ func requireAgrees(tb testing.TB, rep *explain.Report, res *cptest.Result, snap 
 	if rep.Rule != res.Rule.Name || rep.Service != res.Service.Name {
 		tb.Errorf("rule/service: explain %q/%q, engine %q/%q", rep.Rule, rep.Service, res.Rule.Name, res.Service.Name)
 	}
-	if res.Reason == dataplane.ReasonSourceNotAllowed {
-		return // FR6 stops before the keys
+	if res.Reason == dataplane.ReasonSourceNotAllowed || res.Reason == dataplane.ReasonSourceIsBackend {
+		return // FR6 and FR8's backend check stop before the keys
 	}
 	if h := parseHash(tb, rep.SelectionHash); h != res.SelHash {
 		tb.Errorf("selection hash: explain %#x, engine %#x", h, res.SelHash)
@@ -693,6 +693,30 @@ func TestX4M5_ExplainDrainingRule(t *testing.T) {
 			if rep0.Verdict != tc.verdict || rep0.Reason != tc.reason || rep0.Draining != "" || !strings.HasPrefix(rep0.Why, tc.fr) ||
 				!strings.Contains(rep0.Why, "rule "+tc.removed) || !strings.Contains(rep0.Why, "no drain") {
 				t.Errorf("timeout 0: %q %q draining %q why %q, want %s %q, %s naming the removed rule without a drain", rep0.Verdict, rep0.Reason, rep0.Draining, rep0.Why, tc.verdict, tc.reason, tc.fr)
+			}
+		})
+	}
+}
+
+// TestX4_ExplainSourceDropsNameFR8: a frame dropped for its source says
+// so, with FR8, instead of the FR4 "no rule" a rule-less drop once fell
+// back to (a new user's demo explained a source-is-self drop as FR4).
+func TestX4_ExplainSourceDropsNameFR8(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, reason string
+	}{
+		{"martian", "127.0.0.1", "martian-source"},
+		{"a VIP", "203.0.113.11", "source-is-vip"},
+		{"a backend of the service", "10.1.0.1", "source-is-backend"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, res, rig := explainAndSend(t, webConfig, state{}, cptest.TCP(tc.src, vip, 40000, 80, "S"))
+			requireAgrees(t, rep, res, rig.CP.Snapshot())
+			if rep.Verdict != "drop" || rep.Reason != tc.reason {
+				t.Fatalf("verdict %q reason %q, want drop %q", rep.Verdict, rep.Reason, tc.reason)
+			}
+			if !strings.HasPrefix(rep.Why, "FR8: ") {
+				t.Errorf("why = %q, want FR8: ...", rep.Why)
 			}
 		})
 	}
