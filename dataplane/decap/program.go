@@ -46,17 +46,13 @@ const (
 	ipv6HopOff     = 7
 	ipv6SrcOff     = 8
 	ipv6DstOff     = 24
-	ipv4FragOff    = 6
-	ipv4TotLenOff  = 2
-	ipv6PayLenOff  = 4
 	ipv6NextOff    = 6
 	udpLenOff      = 4
 	udpDstPortOff  = 2
 	gueFirstOff    = packet.UDPLen     // version (2 bits), C, hlen (5 bits)
 	gueProtoOff    = packet.UDPLen + 1 // inner IP protocol
 	gueMinLen      = packet.UDPLen + packet.GUEHeaderLen
-	ipv4FragMask   = 0x3fff // MF and the fragment offset
-	gueVersionMask = 0xe0   // version 0 and no control bit: the top 3 bits 0
+	gueVersionMask = 0xe0 // version 0 and no control bit: the top 3 bits 0
 	gueHlenMask    = 0x1f
 )
 
@@ -96,18 +92,10 @@ func instructions(guePort uint16) (asm.Instructions, error) {
 	port := bpfasm.BE16(guePort)
 
 	b.Ethernet(invalid)
-	b.Emit(asm.JNE.Imm(asm.R2, bpfasm.BE16(packet.EtherTypeVLAN), "l3"))
-	b.Need(packet.VLANTagLen, invalid)
-	b.Emit(
-		asm.LoadMem(asm.R2, asm.R9, 2, asm.Half),
-		asm.Add.Imm(asm.R9, packet.VLANTagLen),
-	)
-	b.Mark("l3")
-	b.Emit(
-		asm.JEq.Imm(asm.R2, bpfasm.BE16(packet.EtherTypeIPv4), "ipv4"),
-		asm.JEq.Imm(asm.R2, bpfasm.BE16(packet.EtherTypeIPv6), "ipv6"),
-		asm.Ja.Label(notTunnel), // ARP, a second tag, anything else
-	)
+	// One 802.1Q tag: the one strip puts back. A second tag, or an
+	// 802.1ad one, is not IP here: the kernel's.
+	b.VLAN(1, []uint16{packet.EtherTypeVLAN}, invalid)
+	b.EtherTypeIP("ipv4", "ipv6", notTunnel)
 
 	// IPv4: a tunnel by its protocol (and the UDP port), then local? then
 	// valid?
@@ -133,23 +121,11 @@ func instructions(guePort uint16) (asm.Instructions, error) {
 	b.VIPKeyV4(stackKey, invalid)
 	b.LookupVIP(nameLocal, stackKey, 4, notLocal)
 	outerChecks(b, false)
+	b.IPv4Header(invalid)
+	b.IPv4Length(invalid)
+	b.IPv4Fragment(invalid) // the kernel reassembles
 	b.Emit(
-		asm.LoadMem(asm.R1, asm.R9, 0, asm.Byte),
-		asm.Mov.Reg(asm.R2, asm.R1),
-		asm.RSh.Imm(asm.R2, 4),
-		asm.JNE.Imm(asm.R2, 4, invalid),
-		asm.And.Imm(asm.R1, 0x0f),
-		asm.JLT.Imm(asm.R1, 5, invalid),
-		asm.LSh.Imm(asm.R1, 2), // IHL in bytes
-		asm.LoadMem(asm.R5, asm.R9, ipv4TotLenOff, asm.Half),
-		asm.HostTo(asm.BE, asm.R5, asm.Half),
-		asm.JLT.Reg(asm.R5, asm.R1, invalid),
-		asm.Mov.Reg(asm.R3, asm.R9),
-		asm.Add.Reg(asm.R3, asm.R5),
-		asm.JGT.Reg(asm.R3, asm.R8, invalid), // the frame holds the whole packet
-		asm.LoadMem(asm.R2, asm.R9, ipv4FragOff, asm.Half),
-		asm.And.Imm(asm.R2, bpfasm.BE16(ipv4FragMask)),
-		asm.JNE.Imm(asm.R2, 0, invalid), // a fragment: the kernel reassembles
+		asm.Mov.Reg(asm.R5, asm.R2),
 		asm.Sub.Reg(asm.R5, asm.R1),
 		asm.LoadMem(asm.R3, asm.R9, ipv4ProtoOff, asm.Byte),
 		asm.Mov.Reg(asm.R4, asm.R1),
@@ -175,16 +151,11 @@ func instructions(guePort uint16) (asm.Instructions, error) {
 	b.VIPKeyV6(stackKey)
 	b.LookupVIP(nameLocal, stackKey, 6, notLocal)
 	outerChecks(b, true)
+	b.IPVersion(6, invalid)
+	b.IPv6Length(invalid)
 	b.Emit(
-		asm.LoadMem(asm.R1, asm.R9, 0, asm.Byte),
-		asm.RSh.Imm(asm.R1, 4),
-		asm.JNE.Imm(asm.R1, 6, invalid),
-		asm.LoadMem(asm.R5, asm.R9, ipv6PayLenOff, asm.Half),
-		asm.HostTo(asm.BE, asm.R5, asm.Half),
-		asm.Mov.Reg(asm.R3, asm.R9),
-		asm.Add.Imm(asm.R3, packet.IPv6FixedLen),
-		asm.Add.Reg(asm.R3, asm.R5),
-		asm.JGT.Reg(asm.R3, asm.R8, invalid),
+		asm.Mov.Reg(asm.R5, asm.R2),
+		asm.Sub.Imm(asm.R5, packet.IPv6FixedLen),
 		asm.LoadMem(asm.R3, asm.R9, ipv6NextOff, asm.Byte),
 		asm.Mov.Imm(asm.R4, packet.IPv6FixedLen),
 		asm.Add.Imm(asm.R9, packet.IPv6FixedLen),
@@ -266,11 +237,9 @@ func tunnel(b *bpfasm.Builder, o outer, invalid string) {
 		}{{in4, 4, packet.IPv4MinLen, packet.EtherTypeIPv4}, {in6, 6, packet.IPv6FixedLen, packet.EtherTypeIPv6}} {
 			b.Mark(in.label)
 			b.Need(in.minLen, invalid)
+			b.Emit(asm.JLT.Imm(asm.R5, in.minLen, invalid))
+			b.IPVersion(in.version, invalid)
 			b.Emit(
-				asm.JLT.Imm(asm.R5, in.minLen, invalid),
-				asm.LoadMem(asm.R1, asm.R9, 0, asm.Byte),
-				asm.RSh.Imm(asm.R1, 4),
-				asm.JNE.Imm(asm.R1, in.version, invalid),
 				// Both kept on the stack across the inner checks' calls.
 				asm.Mov.Imm(asm.R0, kind.stat),
 				asm.StoreMem(asm.RFP, stackStat, asm.R0, asm.Word),

@@ -84,7 +84,6 @@ func instructions(vlanKfunc btf.TypeID) (asm.Instructions, error) {
 		redirect = "redirect"
 		ipv4     = "ipv4"
 		ipv6     = "ipv6"
-		l3       = "l3"
 		count    = "count"
 	)
 
@@ -93,26 +92,8 @@ func instructions(vlanKfunc btf.TypeID) (asm.Instructions, error) {
 	}
 	b.Ethernet(short)
 
-	// VLAN tags: r9 points past an EtherType; a tag is TCI then EtherType.
-	for i := range maxVLANTags {
-		tag := fmt.Sprintf("vlan%d", i)
-		b.Emit(
-			asm.JEq.Imm(asm.R2, bpfasm.BE16(packet.EtherTypeVLAN), tag),
-			asm.JNE.Imm(asm.R2, bpfasm.BE16(packet.EtherTypeQinQ), l3),
-		)
-		b.Mark(tag)
-		b.Need(packet.VLANTagLen, short)
-		b.Emit(
-			asm.LoadMem(asm.R2, asm.R9, 2, asm.Half),
-			asm.Add.Imm(asm.R9, packet.VLANTagLen),
-		)
-	}
-	b.Mark(l3)
-	b.Emit(
-		asm.JEq.Imm(asm.R2, bpfasm.BE16(packet.EtherTypeIPv4), ipv4),
-		asm.JEq.Imm(asm.R2, bpfasm.BE16(packet.EtherTypeIPv6), ipv6),
-		asm.Ja.Label(notVIP),
-	)
+	b.VLAN(maxVLANTags, []uint16{packet.EtherTypeVLAN, packet.EtherTypeQinQ}, short)
+	b.EtherTypeIP(ipv4, ipv6, notVIP)
 
 	// IPv4: key ::ffff:daddr. Options do not move the destination address.
 	b.Mark(ipv4)
@@ -120,38 +101,18 @@ func instructions(vlanKfunc btf.TypeID) (asm.Instructions, error) {
 	b.LookupVIP(nameVIPs, stackKey, 4, notVIP)
 	// A VIP packet with a bad header goes to the kernel, which drops it;
 	// it is counted apart (passed-malformed-vip: VIP traffic lost).
-	b.Emit(
-		asm.LoadMem(asm.R1, asm.R9, 0, asm.Byte),
-		asm.Mov.Reg(asm.R2, asm.R1),
-		asm.RSh.Imm(asm.R2, 4),
-		asm.JNE.Imm(asm.R2, 4, badVIP),
-		asm.And.Imm(asm.R1, 0x0f),
-		asm.JLT.Imm(asm.R1, 5, badVIP),
-		asm.LSh.Imm(asm.R1, 2), // IHL in bytes
-		asm.LoadMem(asm.R2, asm.R9, 2, asm.Half),
-		asm.HostTo(asm.BE, asm.R2, asm.Half), // total length
-		asm.JLT.Reg(asm.R2, asm.R1, badVIP),
-		asm.Mov.Reg(asm.R3, asm.R9),
-		asm.Add.Reg(asm.R3, asm.R2),
-		asm.JGT.Reg(asm.R3, asm.R8, badVIP),
-		asm.Ja.Label(redirect),
-	)
+	b.IPv4Header(badVIP)
+	b.IPv4Length(badVIP)
+	b.Emit(asm.Ja.Label(redirect))
 
 	// IPv6: key = daddr.
 	b.Mark(ipv6)
 	b.Need(packet.IPv6FixedLen, short)
 	b.VIPKeyV6(stackKey)
 	b.LookupVIP(nameVIPs, stackKey, 6, notVIP)
+	b.IPVersion(6, badVIP)
+	b.IPv6Length(badVIP)
 	b.Emit(
-		asm.LoadMem(asm.R1, asm.R9, 0, asm.Byte),
-		asm.RSh.Imm(asm.R1, 4),
-		asm.JNE.Imm(asm.R1, 6, badVIP),
-		asm.LoadMem(asm.R2, asm.R9, 4, asm.Half),
-		asm.HostTo(asm.BE, asm.R2, asm.Half), // payload length
-		asm.Add.Imm(asm.R2, packet.IPv6FixedLen),
-		asm.Mov.Reg(asm.R3, asm.R9),
-		asm.Add.Reg(asm.R3, asm.R2),
-		asm.JGT.Reg(asm.R3, asm.R8, badVIP),
 		asm.LoadMem(asm.R2, asm.R9, 6, asm.Byte), // next header
 		asm.Add.Imm(asm.R9, packet.IPv6FixedLen),
 	)

@@ -72,25 +72,16 @@ func instructions() (asm.Instructions, error) {
 		count     = "count"
 	)
 	b.Ethernet(short)
-	b.Emit(
-		asm.JEq.Imm(asm.R2, bpfasm.BE16(packet.EtherTypeIPv4), ipv4),
-		asm.JEq.Imm(asm.R2, bpfasm.BE16(packet.EtherTypeIPv6), ipv6),
-		asm.Ja.Label(notVIP),
-	)
+	b.EtherTypeIP(ipv4, ipv6, notVIP) // untagged only: a tagged frame passes as no VIP
 
 	// IPv4: VIP key ::ffff:daddr; hash saddr ^ daddr ^ proto ^ ports,
 	// ports 0 for a fragment (so all fragments of a datagram agree).
 	b.Mark(ipv4)
 	b.VIPKeyV4(stackKey, short)
 	b.LookupVIP(nameVIPs, stackKey, 4, notVIP)
+	// The least a forwarder checks: no total length against the frame.
+	b.IPv4Header(short)
 	b.Emit(
-		asm.LoadMem(asm.R1, asm.R9, 0, asm.Byte),
-		asm.Mov.Reg(asm.R2, asm.R1),
-		asm.RSh.Imm(asm.R2, 4),
-		asm.JNE.Imm(asm.R2, 4, short),
-		asm.And.Imm(asm.R1, 0x0f),
-		asm.JLT.Imm(asm.R1, 5, short),
-		asm.LSh.Imm(asm.R1, 2), // IHL in bytes, 20..60
 		asm.LoadMem(asm.R4, asm.R9, 9, asm.Byte),
 		asm.JEq.Imm(asm.R4, int32(packet.ProtoTCP), "l4_v4"),
 		asm.JNE.Imm(asm.R4, int32(packet.ProtoUDP), notL4),
@@ -101,9 +92,9 @@ func instructions() (asm.Instructions, error) {
 		asm.LoadMem(asm.R2, asm.R9, 16, asm.Word),
 		asm.Xor.Reg32(asm.R5, asm.R2),
 		asm.Xor.Reg32(asm.R5, asm.R4),
-		asm.LoadMem(asm.R2, asm.R9, 6, asm.Half),
-		asm.And.Imm(asm.R2, bpfasm.BE16(0x3fff)), // MF and fragment offset
-		asm.JNE.Imm(asm.R2, 0, mix),
+	)
+	b.IPv4Fragment(mix)
+	b.Emit(
 		asm.Mov.Reg(asm.R3, asm.R9),
 		asm.Add.Reg(asm.R3, asm.R1),
 		asm.Mov.Reg(asm.R2, asm.R3),
@@ -120,10 +111,8 @@ func instructions() (asm.Instructions, error) {
 	b.Need(packet.IPv6FixedLen+4, short)
 	b.VIPKeyV6(stackKey)
 	b.LookupVIP(nameVIPs, stackKey, 6, notVIP)
+	b.IPVersion(6, short)
 	b.Emit(
-		asm.LoadMem(asm.R1, asm.R9, 0, asm.Byte),
-		asm.RSh.Imm(asm.R1, 4),
-		asm.JNE.Imm(asm.R1, 6, short),
 		asm.LoadMem(asm.R4, asm.R9, 6, asm.Byte),
 		asm.JEq.Imm(asm.R4, int32(packet.ProtoTCP), "l4_v6"),
 		asm.JNE.Imm(asm.R4, int32(packet.ProtoUDP), notL4),
