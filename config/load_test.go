@@ -356,3 +356,15 @@ forwarding_rule = [{ name = "r", ip_address = "192.0.2.1", ip_protocol = "TCP", 
 	}
 	wantError(t, strings.Replace(src, `type = "TCP" }]`, `type = "UDP" }] # <-`, 1), "health_check[0].type", `"UDP" is not one of`, false)
 }
+
+// TestTruncatedFileWording: a file cut inside a table name says the file
+// ends there, not that the parser "got '\x00'".
+func TestTruncatedFileWording(t *testing.T) {
+	_, err := Parse("cut.toml", []byte("[dataplane]\ninterface = \"eth1\"\n[[backend_serv"))
+	if err == nil {
+		t.Fatal("a cut table name parsed")
+	}
+	if msg := err.Error(); strings.Contains(msg, `\x00`) || !strings.Contains(msg, "cut.toml:3:") || !strings.Contains(msg, "the file ends there") {
+		t.Errorf("error %q: want line 3 and that the file ends there, no \\x00", msg)
+	}
+}

@@ -231,9 +231,18 @@ func (c *converter) sorted() Errors {
 func decodeError(path string, err error) *Error {
 	var pe toml.ParseError
 	if errors.As(err, &pe) {
-		return &Error{File: path, Line: pe.Position.Line, Msg: pe.Message}
+		return &Error{File: path, Line: pe.Position.Line, Msg: endOfFile(pe.Message)}
 	}
 	return &Error{File: path, Msg: strings.TrimPrefix(err.Error(), "toml: ")}
+}
+
+// endOfFile words the library's "but got '\x00' instead", its way of
+// saying that the file ended (a truncated file), as a reader would.
+func endOfFile(msg string) string {
+	if strings.HasSuffix(msg, `, but got '\x00' instead`) {
+		return strings.TrimSuffix(msg, `, but got '\x00' instead`) + ", but the file ends there (truncated?)"
+	}
+	return msg
 }
 
 // converter turns a rawFile into a Config, collecting every error.

@@ -20,7 +20,7 @@ func TestCheck_BGPSection(t *testing.T) {
 	}
 	o := xlb("check", "-c", good)
 	o.wantCode(t, 0)
-	if !strings.HasPrefix(o.stdout, "ok: ") || !strings.HasSuffix(o.stdout, ", BGP AS 65010 with 1 neighbor\n") {
+	if first, _, _ := strings.Cut(o.stdout, "\n"); !strings.HasPrefix(first, "ok: ") || !strings.HasSuffix(first, ", BGP AS 65010 with 1 neighbor") {
 		t.Errorf("stdout %q stderr %q", o.stdout, o.stderr)
 	}
 

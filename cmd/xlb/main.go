@@ -9,10 +9,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"strings"
 
 	"xlb/config"
 	"xlb/controlplane"
+	"xlb/controlplane/appliance"
 	"xlb/controlplane/explain"
 	"xlb/controlplane/sim"
 )
@@ -111,10 +114,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 			writeCommandHelp(stdout, h.fs)
 			return 0
 		}
-		fmt.Fprintln(stderr, err)
 		if errors.Is(err, errUsage) {
+			// The marker is for the exit status, not for the reader.
+			fmt.Fprintf(stderr, "%s (xlb help %s lists the flags)\n", strings.ReplaceAll(err.Error(), " ("+errUsage.Error()+")", ""), args[0])
 			return 2
 		}
+		fmt.Fprintln(stderr, err)
 		return 1
 	}
 	return 0
@@ -136,9 +141,13 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// cmdCheck validates a file and says whether `xlb run` could start with
+// it here; with --run (the unit's ExecStartPre, the upgrade procedure) a
+// file it could not start with fails the command.
 func cmdCheck(args []string, stdout io.Writer) error {
 	fs := newFlags("check")
 	path := fs.String("c", "", "configuration file")
+	forRun := fs.Bool("run", false, "fail unless xlb run can start with the file on this host (dataplane.interface set and present, dataplane.user known)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -152,7 +161,37 @@ func cmdCheck(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	runErr := runnable(cfg)
+	if runErr != nil && *forRun {
+		return fmt.Errorf("%w\nxlb check --run: the file is valid, but xlb run cannot start with it", runErr)
+	}
 	fmt.Fprintf(stdout, "ok: %s\n", cfg.Summary())
+	if runErr != nil {
+		fmt.Fprintf(stdout, "xlb run cannot start with it: %v\n", runErr)
+		return nil
+	}
+	if len(cfg.Rules) == 0 {
+		fmt.Fprintln(stdout, "xlb run can start with it, but forwards nothing: the file has no forwarding rule")
+		return nil
+	}
+	fmt.Fprintln(stdout, "xlb run can start with it on this host")
+	return nil
+}
+
+// runnable is what `xlb run` would refuse about a valid file before it
+// touches anything, as far as this host can tell without privileges: no
+// interface named, an interface this network namespace lacks, a
+// dataplane.user the user database lacks.
+func runnable(cfg *config.Config) error {
+	if err := cfg.ValidateForRun(); err != nil {
+		return err
+	}
+	if _, err := net.InterfaceByName(cfg.Dataplane.Interface); err != nil {
+		return fmt.Errorf("%s: dataplane.interface %q does not exist in this network namespace", cfg.Path, cfg.Dataplane.Interface)
+	}
+	if _, err := appliance.RunAs(cfg); err != nil {
+		return err
+	}
 	return nil
 }
 

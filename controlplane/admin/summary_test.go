@@ -84,3 +84,18 @@ func TestWriteTablesFlowSync(t *testing.T) {
 		t.Errorf("never heard peer's row: %q", down)
 	}
 }
+
+// TestWriteTablesLastReloadErrors: a failed last reload is counted in
+// words a reader expects: "1 error", "2 errors".
+func TestWriteTablesLastReloadErrors(t *testing.T) {
+	for n, want := range map[int]string{1: "FAILED (1 error) at", 2: "FAILED (2 errors) at"} {
+		var b strings.Builder
+		r := &admin.Report{LastReload: &admin.LastReload{At: "2026-12-02T00:00:00Z", Errors: make([]string, n)}}
+		if err := admin.WriteTables(&b, r); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("%d errors: %q, want %q", n, b.String(), want)
+		}
+	}
+}

@@ -22,7 +22,7 @@ func WriteTables(w io.Writer, r *Report) error {
 	if l := r.LastReload; l != nil {
 		outcome := "ok"
 		if !l.OK {
-			outcome = fmt.Sprintf("FAILED (%d errors)", len(l.Errors))
+			outcome = fmt.Sprintf("FAILED (%s)", plural(len(l.Errors), "error"))
 		}
 		fmt.Fprintf(tw, ", last reload %s at %s", outcome, l.At)
 	}
@@ -245,4 +245,12 @@ func backendState(b *BackendReport, now int64) string {
 		return "not-ready"
 	}
 	return "active"
+}
+
+// plural is "1 error", "2 errors".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -514,6 +515,7 @@ func (s *Speaker) gobgpReason(addr netip.Addr, reason string) {
 	if ss == nil || s.closed {
 		return
 	}
+	reason = md5Hint(reason, ss.nb.Password != "")
 	ss.reason = reason
 	if ss.up || reason == ss.logged {
 		return
@@ -521,6 +523,17 @@ func (s *Speaker) gobgpReason(addr netip.Addr, reason string) {
 	ss.logged = reason
 	s.log.Warn("bgp session not established", zap.Stringer("neighbor", addr), zap.Uint32("asn", ss.nb.ASN),
 		zap.String("state", stateName(ss.state)), zap.String("reason", reason))
+}
+
+// md5Hint adds to a connect that timed out, on a session with a TCP MD5
+// password, that a wrong password looks exactly so: the neighbor's kernel
+// drops segments whose signature does not verify, without a word back, so
+// the dialer sees only a timeout.
+func md5Hint(reason string, md5 bool) string {
+	if md5 && strings.HasPrefix(reason, "connect: ") && strings.HasSuffix(reason, "i/o timeout") {
+		return reason + " (may be a TCP MD5 password mismatch: the neighbor drops segments whose signature does not verify)"
+	}
+	return reason
 }
 
 // stateName is the FSM state in lower case, as BIRD and RFC 4271 spell it.

@@ -539,3 +539,22 @@ func listeningSockets(t *testing.T) int {
 	}
 	return n
 }
+
+// TestMD5Hint: a connect that timed out on a session with a TCP MD5
+// password says a mismatch may be why (the neighbor's kernel drops such
+// segments silently); without a password, or for another failure, the
+// reason stays as it was.
+func TestMD5Hint(t *testing.T) {
+	const timeout = "connect: dial tcp: i/o timeout"
+	if got := md5Hint(timeout, true); !strings.Contains(got, "MD5 password mismatch") || !strings.HasPrefix(got, timeout) {
+		t.Errorf("with a password: %q", got)
+	}
+	for _, tc := range []struct {
+		reason string
+		md5    bool
+	}{{timeout, false}, {"connect: connection refused", true}, {"hold timer expired", true}} {
+		if got := md5Hint(tc.reason, tc.md5); got != tc.reason {
+			t.Errorf("md5Hint(%q, %v) = %q, want it unchanged", tc.reason, tc.md5, got)
+		}
+	}
+}
