@@ -56,7 +56,7 @@ func socketFlags(name string, args []string, more ...func(*flag.FlagSet)) (sc ad
 	}
 	flagSock := fs.String("socket", "", "admin socket path")
 	path := fs.String("c", "", "configuration file (its [admin].socket)")
-	flagAddr := fs.String("admin", "", "refused: see --socket")
+	flagAddr := fs.String("admin", "", hiddenFlag+"refused: state changes go through --socket")
 	if err := parseFlags(fs, args); err != nil {
 		return sc, nil, err
 	}

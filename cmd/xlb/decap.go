@@ -53,6 +53,7 @@ func cmdDecap(args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, decapUsage)
+			writeFlags(stdout, fs)
 			return nil
 		}
 		return fmt.Errorf("xlb decap: %v (%w)", err, errUsage)

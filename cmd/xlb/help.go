@@ -88,10 +88,24 @@ func writeCommandHelp(w io.Writer, fs *flag.FlagSet) {
 	} else {
 		fmt.Fprintf(w, "usage: %s [flags]\n", fs.Name())
 	}
+	writeFlags(w, fs)
+}
+
+// hiddenFlag starts the usage of a flag that exists only to refuse it
+// with a pointer elsewhere (drain's --admin): help does not list it.
+const hiddenFlag = "hidden: "
+
+// writeFlags writes every flag of fs but the hidden ones, with defaults.
+func writeFlags(w io.Writer, fs *flag.FlagSet) {
+	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	fs.VisitAll(func(f *flag.Flag) {
+		if !strings.HasPrefix(f.Usage, hiddenFlag) {
+			shown.Var(f.Value, f.Name, f.Usage)
+		}
+	})
 	var flags bytes.Buffer
-	fs.SetOutput(&flags)
-	fs.PrintDefaults()
-	fs.SetOutput(io.Discard)
+	shown.SetOutput(&flags)
+	shown.PrintDefaults()
 	if flags.Len() == 0 {
 		fmt.Fprintln(w, "\nno flags")
 		return

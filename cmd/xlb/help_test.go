@@ -12,18 +12,21 @@ import (
 // with its default.
 func TestHelp_PerCommand(t *testing.T) {
 	for _, tc := range []struct {
-		cmd  string
-		want []string
+		cmd     string
+		want    []string
+		notWant []string
 	}{
-		{"check", []string{"usage: xlb check -c FILE", "  -c string"}},
-		{"run", []string{"usage: xlb run -c FILE", "-log-format string", `(default "json")`, "-log-level string", `(default "info")`, "-pidfile", "-keep-privileges"}},
-		{"explain", []string{"usage: xlb explain", "-dport uint", "-proto string", `(default "tcp")`, "-frag string", `(default "none")`}},
-		{"sim", []string{"usage: xlb sim", "-summary"}},
-		{"reload", []string{"usage: xlb reload", "-pidfile string", "-pid int"}},
-		{"drain", []string{"usage: xlb drain", "SERVICE/NAME", "-admin string", "-node"}},
-		{"undrain", []string{"usage: xlb undrain", "-node"}},
-		{"status", []string{"usage: xlb status", "-fleet string"}},
-		{"version", []string{"usage: xlb version", "no flags"}},
+		{"check", []string{"usage: xlb check -c FILE", "  -c string"}, nil},
+		{"run", []string{"usage: xlb run -c FILE", "-log-format string", `(default "json")`, "-log-level string", `(default "info")`, "-pidfile", "-keep-privileges"}, nil},
+		{"explain", []string{"usage: xlb explain", "-dport uint", "-proto string", `(default "tcp")`, "-frag string", `(default "none")`}, nil},
+		{"sim", []string{"usage: xlb sim", "-summary"}, nil},
+		{"reload", []string{"usage: xlb reload", "-pidfile string", "-pid int"}, nil},
+		{"drain", []string{"usage: xlb drain", "SERVICE/NAME", "-socket string", "-node"}, []string{"-admin", "refused"}},
+		{"decap", []string{"usage: xlb decap", "-iface string", "-allow-from string", "-gue-port uint", "(default 5555)", "-detach", "-stats", "-pin-dir string"}, nil},
+		{"capture", []string{"-w string", "-c int", "-verdict string"}, nil},
+		{"undrain", []string{"usage: xlb undrain", "-node"}, nil},
+		{"status", []string{"usage: xlb status", "-fleet string"}, nil},
+		{"version", []string{"usage: xlb version", "no flags"}, nil},
 	} {
 		t.Run(tc.cmd, func(t *testing.T) {
 			help := xlb("help", tc.cmd)
@@ -32,6 +35,14 @@ func TestHelp_PerCommand(t *testing.T) {
 				if !strings.Contains(help.stdout, w) {
 					t.Errorf("xlb help %s: no %q in\n%s", tc.cmd, w, help.stdout)
 				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(help.stdout, w) {
+					t.Errorf("xlb help %s lists %q:\n%s", tc.cmd, w, help.stdout)
+				}
+			}
+			if !strings.Contains(help.stdout, "\nflags:\n") && !strings.Contains(help.stdout, "\nno flags\n") {
+				t.Errorf("xlb help %s lists no flags:\n%s", tc.cmd, help.stdout)
 			}
 			if strings.Contains(help.stdout, "commands:") {
 				t.Errorf("xlb help %s printed the general usage:\n%s", tc.cmd, help.stdout)
