@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"xlb/internal/nettest"
 )
 
 const flowSyncExamplePath = "../testdata/config/flow_sync.toml"
@@ -234,9 +236,7 @@ func TestFlowSyncKeyFile(t *testing.T) {
 // TestFlowSyncKeyFileOwner: loaded by root, a key file must be root's, or
 // the user's of dataplane.user, who reads it again on every reload.
 func TestFlowSyncKeyFileOwner(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the test gives the key file to another user")
-	}
+	nettest.RequireRootTo(t, "give the key file to another user")
 	key := writeKey(t, keyHex1+"\n", 0o600)
 	if err := os.Chown(key, 65534, 65534); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"xlb/internal/nettest"
 )
 
 // otherLayout is the layout and slots per bucket of the build this one is
@@ -367,9 +369,7 @@ func FuzzOpenHeader(f *testing.F) {
 // file is refused for lack of room, moved aside, and Open reports it;
 // nothing is left half made.
 func TestOpen_MigrationWithoutRoom(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tmpfs of a given size; CI runs as root")
-	}
+	nettest.RequireRootTo(t, "mount a tmpfs of a given size")
 	dir := t.TempDir()
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=3m"); err != nil {
 		t.Fatalf("mounting a tmpfs on %s: %v", dir, err)

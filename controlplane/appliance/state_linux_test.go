@@ -393,9 +393,7 @@ func TestOpenTable_WarnsOffMemory(t *testing.T) {
 // whose it must be, and a state_dir of that user is used, its state file
 // of that user loaded.
 func TestOpenTable_StateDirOfTheRunAsUser(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: a directory of another user is made by chown")
-	}
+	nettest.RequireRootTo(t, "chown a directory to another user")
 	base := t.TempDir()
 	made := filepath.Join(base, "made")
 	s, _ := stateStack(made)

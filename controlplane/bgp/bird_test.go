@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"xlb/internal/nettest"
 )
 
 // TestBIRD peers two speakers with BIRD 2, the router of the fleet test bed,
@@ -31,9 +33,7 @@ func TestBIRD(t *testing.T) {
 	if os.Getenv("XBGPT_HELPER") != "" {
 		t.Skip("helper process")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces)")
-	}
+	nettest.RequireRoot(t)
 	for _, bin := range []string{"ip", "bird", "birdc"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Skipf("%s is not installed (apt-get install bird2 iproute2)", bin)

@@ -5,13 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/netip"
-	"os"
 	"testing"
 
 	"github.com/cilium/ebpf"
 
 	"xlb/dataplane/craft"
 	"xlb/dataplane/packet"
+	"xlb/internal/nettest"
 )
 
 // Addresses used only inside frames and test namespaces.
@@ -37,9 +37,7 @@ const testPort = 6080 // GUE port of the tests' program
 // without root or BPF it skips, saying why.
 func load(tb testing.TB, port uint16) *Objects {
 	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("needs root (loading BPF programs); CI runs as root")
-	}
+	nettest.RequireRootTo(tb, "load BPF programs")
 	o, err := Load(port)
 	if errors.Is(err, ebpf.ErrNotSupported) {
 		tb.Skipf("kernel lacks BPF/XDP support: %v", err)

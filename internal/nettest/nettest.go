@@ -28,8 +28,16 @@ import (
 // namespaces, veth, XDP and AF_XDP need it; CI runs as root).
 func RequireRoot(tb testing.TB) {
 	tb.Helper()
+	RequireRootTo(tb, "make network namespaces, veth pairs, load XDP and open AF_XDP sockets")
+}
+
+// RequireRootTo is RequireRoot for a test that needs root for something
+// else, which it names ("chown a file to another user"): the one place a
+// test asks whether it runs as root, so every skip reads the same.
+func RequireRootTo(tb testing.TB, what string) {
+	tb.Helper()
 	if os.Geteuid() != 0 {
-		tb.Skip("needs root (network namespaces, veth, XDP, AF_XDP); CI runs as root")
+		tb.Skipf("needs root to %s; CI runs as root", what)
 	}
 }
 
