@@ -85,6 +85,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzProgram$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./dataplane/decap/
 	$(GO) test -run '^$$' -fuzz '^FuzzOpenHeader$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./conntrack/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./controlplane/flowsync/
+	$(GO) test -run '^$$' -fuzz '^FuzzServerID$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x ./quiclb/
 
 # A short lbbench run of each command (the xdp one needs root and says so
 # otherwise); `make lbbench` is the full run with charts in bench-out/;
