@@ -65,6 +65,7 @@ func (c *converter) convert(r *rawFile) *Config {
 		Dataplane: c.dataplane(&r.Dataplane),
 		Admin:     c.admin(&r.Admin),
 	}
+	c.runAs = cfg.Dataplane.User
 	c.checkByName = map[string]int{}
 	for i := range r.HealthCheck {
 		cfg.HealthChecks = append(cfg.HealthChecks, c.healthCheck(i, &r.HealthCheck[i]))
@@ -340,6 +341,7 @@ func (c *converter) service(i int, r *rawService, checks []HealthCheck) Service 
 	}
 
 	c.groups(p, &s, r.Backend)
+	c.quicLB(p, &s, r)
 
 	size := c.integer(c.at(p, ".maglev_table_size"), r.MaglevTableSize, defaultMaglevTableSize, minMaglevTableSize, maxMaglevTableSize)
 	s.MaglevTableSize = uint32(size)
@@ -476,6 +478,7 @@ func (c *converter) endpoint(p string, r *rawEndpoint) Endpoint {
 			e.MAC, e.HasMAC = hw, true
 		}
 	}
+	e.ServerID = c.serverID(c.at(p, ".server_id"), r.ServerID)
 	return e
 }
 

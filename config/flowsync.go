@@ -150,48 +150,10 @@ func (c *converter) peers(path string, v val, f *FlowSync) {
 }
 
 // keyFile reads the keys of key_file: one or two lines of 64 hex digits
-// (32 bytes each), different. The file is a secret: a regular file that
-// neither group nor others may read or write, owned by root or by the
-// user that loads it or that xlb runs as (dataplane.user, which reads it
-// again on every reload); loaded by root for root, it must be root's.
-// Messages never quote the file's content.
+// (32 bytes each), different. Messages never quote the file's content.
 func (c *converter) keyFile(path, name, runAs string) [][32]byte {
-	if !filepath.IsAbs(name) {
-		c.add(path, "%q is not an absolute path", name)
-		return nil
-	}
-	f, err := os.Open(name)
-	if err != nil {
-		c.add(path, "%v", err)
-		return nil
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		c.add(path, "%v", err)
-		return nil
-	}
-	if !fi.Mode().IsRegular() {
-		c.add(path, "%s is not a regular file (%s)", name, fi.Mode().Type())
-		return nil
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		c.add(path, "%s is mode %04o: a key must be readable by its owner only (chmod 0600 it)", name, perm)
-		return nil
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		if owners := keyOwners(runAs); !slices.Contains(owners, int(st.Uid)) {
-			c.add(path, "%s is owned by uid %d; a key must be owned by %s", name, st.Uid, ownerNames(owners))
-			return nil
-		}
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxKeyFileSize+1))
-	if err != nil {
-		c.add(path, "%v", err)
-		return nil
-	}
-	if len(data) > maxKeyFileSize {
-		c.add(path, "%s is larger than %d bytes: not a key file (one or two lines of 64 hex digits)", name, maxKeyFileSize)
+	data, ok := c.secretFile(path, name, runAs, "one or two lines of 64 hex digits")
+	if !ok {
 		return nil
 	}
 	var keys [][32]byte
@@ -224,6 +186,55 @@ func (c *converter) keyFile(path, name, runAs string) [][32]byte {
 		return nil
 	}
 	return keys
+}
+
+// secretFile reads a file that holds a key. It is a secret: a regular
+// file that neither group nor others may read or write, owned by root or
+// by the user that loads it or that xlb runs as (dataplane.user, which
+// reads it again on every reload); loaded by root for root, it must be
+// root's; at most maxKeyFileSize bytes. shape says what the file should
+// hold, for the message about a file too large. Messages never quote the
+// file's content.
+func (c *converter) secretFile(path, name, runAs, shape string) ([]byte, bool) {
+	if !filepath.IsAbs(name) {
+		c.add(path, "%q is not an absolute path", name)
+		return nil, false
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		c.add(path, "%v", err)
+		return nil, false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		c.add(path, "%v", err)
+		return nil, false
+	}
+	if !fi.Mode().IsRegular() {
+		c.add(path, "%s is not a regular file (%s)", name, fi.Mode().Type())
+		return nil, false
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		c.add(path, "%s is mode %04o: a key must be readable by its owner only (chmod 0600 it)", name, perm)
+		return nil, false
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		if owners := keyOwners(runAs); !slices.Contains(owners, int(st.Uid)) {
+			c.add(path, "%s is owned by uid %d; a key must be owned by %s", name, st.Uid, ownerNames(owners))
+			return nil, false
+		}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxKeyFileSize+1))
+	if err != nil {
+		c.add(path, "%v", err)
+		return nil, false
+	}
+	if len(data) > maxKeyFileSize {
+		c.add(path, "%s is larger than %d bytes: not a key file (%s)", name, maxKeyFileSize, shape)
+		return nil, false
+	}
+	return data, true
 }
 
 // keyOwners are the uids a key file may belong to: root, and the user

@@ -264,6 +264,8 @@ type converter struct {
 	checkByName   map[string]int
 	serviceByName map[string]int
 	endpointNames map[string]endpointRef
+	// runAs is dataplane.user, who may own key files.
+	runAs string
 }
 
 // errQuiet stands for every error of a quiet pass.

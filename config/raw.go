@@ -75,6 +75,14 @@ type rawService struct {
 	Tracking                     rawTracking `toml:"connection_tracking_policy"`
 	Failover                     rawFailover `toml:"failover_policy"`
 	Backend                      []rawGroup  `toml:"backend"`
+	QUICLB                       []rawQUICLB `toml:"quic_lb"`
+}
+
+type rawQUICLB struct {
+	ConfigRotation val `toml:"config_rotation"`
+	ServerIDLength val `toml:"server_id_length"`
+	NonceLength    val `toml:"nonce_length"`
+	KeyFile        val `toml:"key_file"`
 }
 
 type rawTracking struct {
@@ -96,9 +104,10 @@ type rawGroup struct {
 }
 
 type rawEndpoint struct {
-	Name val `toml:"name"`
-	IP   val `toml:"ip"`
-	MAC  val `toml:"mac"`
+	Name     val `toml:"name"`
+	IP       val `toml:"ip"`
+	MAC      val `toml:"mac"`
+	ServerID val `toml:"server_id"`
 }
 
 type rawRule struct {

@@ -114,6 +114,22 @@ type Service struct {
 	Tracking         TrackingPolicy
 	Failover         FailoverPolicy
 	Groups           []Group
+	// QUICLB are the service's QUIC-LB configurations ([[backend_service.quic_lb]]),
+	// at most two, of distinct config rotation values; empty: QUIC is
+	// routed like any UDP.
+	QUICLB []QUICLB
+}
+
+// QUICLB is one [[backend_service.quic_lb]]: how the service's QUIC servers
+// encode their server IDs in the connection IDs they issue.
+type QUICLB struct {
+	Rotation    uint8 // config_rotation, 0..6
+	ServerIDLen int   // octets
+	NonceLen    int   // octets
+	// KeyFile is key_file ("": none) and Key the AES-128 key it holds;
+	// nil: the IDs are in the clear.
+	KeyFile string
+	Key     []byte
 }
 
 // TrackingPolicy is [backend_service.connection_tracking_policy].
@@ -145,6 +161,9 @@ type Endpoint struct {
 	MAC  [6]byte
 	// HasMAC says MAC was configured (an override of neighbour resolution).
 	HasMAC bool
+	// ServerID is the endpoint's QUIC-LB server ID (server_id), nil when
+	// it has none; its service's quic_lb configurations give its length.
+	ServerID []byte
 }
 
 // ForwardingRule is one [[forwarding_rule]].

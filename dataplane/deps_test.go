@@ -11,8 +11,8 @@ import (
 
 // TestDeps_HotPathStaysSmall guards the layering: the per-packet packages
 // never depend on the control plane, logging, metrics or gopacket (craft,
-// which uses gopacket, is for tests and tools), and maglev and conntrack
-// depend on no package of this module at all. It reads the transitive,
+// which uses gopacket, is for tests and tools), and maglev, conntrack and
+// quiclb depend on no package of this module at all. It reads the transitive,
 // non-test dependencies from `go list -deps`.
 func TestDeps_HotPathStaysSmall(t *testing.T) {
 	forbidden := []string{
@@ -34,7 +34,7 @@ func TestDeps_HotPathStaysSmall(t *testing.T) {
 			}
 		}
 	}
-	for _, pkg := range []string{"xlb/maglev", "xlb/conntrack"} {
+	for _, pkg := range []string{"xlb/maglev", "xlb/conntrack", "xlb/quiclb"} {
 		for _, dep := range deptest.Deps(t, pkg) {
 			if dep != pkg && (dep == "xlb" || strings.HasPrefix(dep, "xlb/")) {
 				t.Errorf("%s depends on %s, a package of this module", pkg, dep)
