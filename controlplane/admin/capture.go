@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"xlb/dataplane"
 	"xlb/dataplane/capture"
 )
@@ -142,17 +144,39 @@ func serveCapture(src Source) http.HandlerFunc {
 		started := false
 		out := &startWriter{w: w, started: &started}
 		req.Flush = func() { _ = rc.Flush() }
+		auditTimed(r)
 		st, err := c.Capture(ctx, req, out)
 		if errors.Is(err, ErrCaptureBusy) && !started {
 			http.Error(w, err.Error(), http.StatusConflict)
 			return
 		}
+		auditNote(r, zap.Uint64("frames", st.Frames), zap.Uint64("lost", st.Lost))
+		if by := stoppedBy(ctx, r, req, st, err); by != "" {
+			auditNote(r, zap.String("stopped_by", by))
+		}
+		auditFailed(r, err)
 		w.Header().Set(TrailerCaptureFrames, strconv.FormatUint(st.Frames, 10))
 		w.Header().Set(TrailerCaptureLost, strconv.FormatUint(st.Lost, 10))
 		if err != nil {
 			w.Header().Set(TrailerCaptureError, err.Error())
 		}
 	}
+}
+
+// stoppedBy says what ended a capture: its count, the client (Ctrl-C),
+// its seconds or an error ("": none of them).
+func stoppedBy(ctx context.Context, r *http.Request, req CaptureRequest, st capture.Stats, err error) string {
+	switch {
+	case req.Count > 0 && st.Frames >= uint64(req.Count):
+		return "count"
+	case r.Context().Err() != nil:
+		return "client"
+	case ctx.Err() != nil:
+		return "seconds"
+	case err != nil:
+		return "error"
+	}
+	return ""
 }
 
 // startWriter notes that the response body has begun.

@@ -21,6 +21,11 @@ type operatorSource struct {
 	busy      bool
 	allow     []bool
 	reloadErr error
+	// captureErr ends a capture after its first bytes.
+	captureErr error
+	// hold, when set, keeps a capture running after its first bytes are
+	// flushed, until it is closed.
+	hold chan struct{}
 }
 
 func (s *operatorSource) Capture(ctx context.Context, req admin.CaptureRequest, w io.Writer) (capture.Stats, error) {
@@ -30,7 +35,10 @@ func (s *operatorSource) Capture(ctx context.Context, req admin.CaptureRequest, 
 	s.got = req
 	_, _ = io.WriteString(w, "pcapng bytes")
 	req.Flush()
-	return capture.Stats{Frames: 3, Lost: 1}, nil
+	if s.hold != nil {
+		<-s.hold
+	}
+	return capture.Stats{Frames: 3, Lost: 1}, s.captureErr
 }
 
 func (s *operatorSource) ReloadNow(allowEmpty bool) error {
