@@ -191,8 +191,8 @@ func TestAudit_Capture(t *testing.T) {
 	capture()
 	m := takeAudit(t, logs, audit{zapcore.InfoLevel, "capture", admin.OutcomeOK, 200})
 	if !reflect.DeepEqual(m["params"], map[string]any{"vip": "203.0.113.10", "verdict": "forward", "count": "7"}) ||
-		m["frames"] != uint64(3) || m["lost"] != uint64(1) || m["duration"] == nil {
-		t.Errorf("capture's audit line %v: want its params, 3 frames, 1 lost, a duration", m)
+		m["frames"] != uint64(3) || m["packets"] != uint64(5) || m["lost"] != uint64(1) || m["duration"] == nil {
+		t.Errorf("capture's audit line %v: want its params, 3 frames, 5 packets, 1 lost, a duration", m)
 	}
 	src.captureErr = errors.New("write: broken pipe")
 	capture()
