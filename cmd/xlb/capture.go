@@ -19,8 +19,10 @@ import (
 // [--backend B] [--verdict V,...] [-c N] [--snap N] [--seconds S] -w FILE`:
 // the running xlb's workers copy the frames asked for, as received and as
 // sent, into a pcapng stream that is written to FILE ("-": stdout) until N
-// frames, S seconds or Ctrl-C. -c is the count, as tcpdump's; the
-// configuration file is --config here.
+// frames, S seconds or Ctrl-C. -c counts frames, as tcpdump's, not the
+// file's packets: a forwarded frame is one frame and two packets (as
+// received, as sent), a dropped or passed one a packet; the configuration
+// file is --config here.
 func cmdCapture(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("capture")
 	sock := fs.String("socket", "", "admin socket path (default: [admin] socket of --config FILE, else "+admin.DefaultSocket+")")
@@ -28,7 +30,7 @@ func cmdCapture(args []string, stdout, stderr io.Writer) error {
 	vip := fs.String("vip", "", "only frames to this VIP")
 	backend := fs.String("backend", "", "only frames forwarded to this backend address")
 	verdict := fs.String("verdict", "", "only these verdicts: forward, drop, pass (comma-separated)")
-	count := fs.Int("c", 0, "stop after N frames (0: until --seconds or Ctrl-C)")
+	count := fs.Int("c", 0, "stop after N frames, each counted once though a forwarded one is in the file twice, as received and as sent (0: until --seconds or Ctrl-C)")
 	snap := fs.Int("snap", 0, "bytes kept per frame and direction (0: 2048)")
 	seconds := fs.Int("seconds", 0, "stop after S seconds (0: until -c or Ctrl-C)")
 	file := fs.String("w", "", "pcapng file to write (- for stdout)")
@@ -97,7 +99,7 @@ func cmdCapture(args []string, stdout, stderr io.Writer) error {
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("xlb capture: after %d bytes: %w", n, err)
 	}
-	frames, lost := resp.Trailer.Get(admin.TrailerCaptureFrames), resp.Trailer.Get(admin.TrailerCaptureLost)
+	frames, packets, lost := resp.Trailer.Get(admin.TrailerCaptureFrames), resp.Trailer.Get(admin.TrailerCapturePackets), resp.Trailer.Get(admin.TrailerCaptureLost)
 	if frames == "" {
 		fmt.Fprintf(stderr, "xlb capture: stopped; %d bytes written to %s\n", n, *file)
 		return nil
@@ -105,6 +107,7 @@ func cmdCapture(args []string, stdout, stderr io.Writer) error {
 	if e := resp.Trailer.Get(admin.TrailerCaptureError); e != "" {
 		return fmt.Errorf("xlb capture: %s (after %s frames)", e, frames)
 	}
-	fmt.Fprintf(stderr, "xlb capture: %s frames written to %s, %s copies lost (the workers' rings were full)\n", frames, *file, lost)
+	fmt.Fprintf(stderr, "xlb capture: %s frames written to %s (%s packets: each frame as received, and as sent when forwarded), %s copies lost (the workers' rings were full)\n",
+		frames, *file, packets, lost)
 	return nil
 }

@@ -50,9 +50,10 @@ without any forwarding rule, while some run, is refused unless
 Copies frames out of the running xlb's workers (admin socket, root) into a
 pcapng file ("-": stdout): each frame as received (interface rx) and, when
 forwarded, as sent (interface tx), with a comment naming the queue, the
-verdict and the reason or backend. -c is the number of frames, as
-tcpdump's; Ctrl-C ends it. Copies the workers' rings could not hold are
-counted and printed.`,
+verdict and the reason or backend. -c N stops after N frames, as
+tcpdump's -c: frames, not packets of the file, so -c 40 of forwarded
+traffic writes 40 frames in 80 packets (rx and tx). Ctrl-C ends it.
+Copies the workers' rings could not hold are counted and printed.`,
 	"drain": `xlb drain [--socket PATH | -c FILE] (NAME | SERVICE/NAME | --node)
 
 Takes a backend out of service: no new connections, tracked ones drain

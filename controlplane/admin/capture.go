@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"xlb/dataplane"
 	"xlb/dataplane/capture"
 )
@@ -22,8 +24,11 @@ var ErrCaptureBusy = errors.New("a capture is already running")
 // CaptureRequest is what `xlb capture` asks the running xlb for.
 type CaptureRequest struct {
 	Filter capture.Filter
-	Count  int // frames; 0: until the request ends
-	Snap   int // bytes per frame and direction; 0: capture.DefaultSnapLen
+	// Count is in frames, not packets of the file: a forwarded frame is
+	// one, written twice (as received and as sent); 0: until the request
+	// ends.
+	Count int
+	Snap  int // bytes per frame and direction; 0: capture.DefaultSnapLen
 	// Flush is called after each burst written, so the file streams.
 	Flush func()
 }
@@ -40,11 +45,13 @@ type Reloader interface {
 	ReloadNow(allowEmpty bool) error
 }
 
-// Trailers of a capture's response: what the session wrote and lost.
+// Trailers of a capture's response: what the session wrote (frames, and
+// the packets that are in the file: one or two per frame) and lost.
 const (
-	TrailerCaptureFrames = "Xlb-Capture-Frames"
-	TrailerCaptureLost   = "Xlb-Capture-Lost"
-	TrailerCaptureError  = "Xlb-Capture-Error"
+	TrailerCaptureFrames  = "Xlb-Capture-Frames"
+	TrailerCapturePackets = "Xlb-Capture-Packets"
+	TrailerCaptureLost    = "Xlb-Capture-Lost"
+	TrailerCaptureError   = "Xlb-Capture-Error"
 )
 
 // MaxCaptureSeconds bounds a capture's duration.
@@ -113,8 +120,8 @@ func ParseCaptureQuery(q map[string][]string) (req CaptureRequest, seconds int, 
 	return
 }
 
-// serveCapture streams a pcapng capture: until count frames, seconds, or
-// the client hanging up. The trailers say what was written and lost.
+// serveCapture streams a pcapng capture: until count frames (a forwarded
+// frame's two packets are one), seconds, or the client hanging up. The trailers say what was written and lost.
 func serveCapture(src Source) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		c, ok := src.(Capturer)
@@ -137,22 +144,45 @@ func serveCapture(src Source) http.HandlerFunc {
 		// The listener's write timeout is for short answers; a capture
 		// streams for as long as it was asked to.
 		_ = rc.SetWriteDeadline(time.Time{})
-		w.Header().Set("Trailer", TrailerCaptureFrames+", "+TrailerCaptureLost+", "+TrailerCaptureError)
+		w.Header().Set("Trailer", TrailerCaptureFrames+", "+TrailerCapturePackets+", "+TrailerCaptureLost+", "+TrailerCaptureError)
 		w.Header().Set("Content-Type", "application/octet-stream")
 		started := false
 		out := &startWriter{w: w, started: &started}
 		req.Flush = func() { _ = rc.Flush() }
+		auditTimed(r)
 		st, err := c.Capture(ctx, req, out)
 		if errors.Is(err, ErrCaptureBusy) && !started {
 			http.Error(w, err.Error(), http.StatusConflict)
 			return
 		}
+		auditNote(r, zap.Uint64("frames", st.Frames), zap.Uint64("packets", st.Packets), zap.Uint64("lost", st.Lost))
+		if by := stoppedBy(ctx, r, req, st, err); by != "" {
+			auditNote(r, zap.String("stopped_by", by))
+		}
+		auditFailed(r, err)
 		w.Header().Set(TrailerCaptureFrames, strconv.FormatUint(st.Frames, 10))
+		w.Header().Set(TrailerCapturePackets, strconv.FormatUint(st.Packets, 10))
 		w.Header().Set(TrailerCaptureLost, strconv.FormatUint(st.Lost, 10))
 		if err != nil {
 			w.Header().Set(TrailerCaptureError, err.Error())
 		}
 	}
+}
+
+// stoppedBy says what ended a capture: its count, the client (Ctrl-C),
+// its seconds or an error ("": none of them).
+func stoppedBy(ctx context.Context, r *http.Request, req CaptureRequest, st capture.Stats, err error) string {
+	switch {
+	case req.Count > 0 && st.Frames >= uint64(req.Count):
+		return "count"
+	case r.Context().Err() != nil:
+		return "client"
+	case ctx.Err() != nil:
+		return "seconds"
+	case err != nil:
+		return "error"
+	}
+	return ""
 }
 
 // startWriter notes that the response body has begun.

@@ -21,6 +21,11 @@ type operatorSource struct {
 	busy      bool
 	allow     []bool
 	reloadErr error
+	// captureErr ends a capture after its first bytes.
+	captureErr error
+	// hold, when set, keeps a capture running after its first bytes are
+	// flushed, until it is closed.
+	hold chan struct{}
 }
 
 func (s *operatorSource) Capture(ctx context.Context, req admin.CaptureRequest, w io.Writer) (capture.Stats, error) {
@@ -30,7 +35,10 @@ func (s *operatorSource) Capture(ctx context.Context, req admin.CaptureRequest, 
 	s.got = req
 	_, _ = io.WriteString(w, "pcapng bytes")
 	req.Flush()
-	return capture.Stats{Frames: 3, Lost: 1}, nil
+	if s.hold != nil {
+		<-s.hold
+	}
+	return capture.Stats{Frames: 3, Packets: 5, Lost: 1}, s.captureErr
 }
 
 func (s *operatorSource) ReloadNow(allowEmpty bool) error {
@@ -54,8 +62,8 @@ func TestSocketCapture(t *testing.T) {
 	if resp.StatusCode != 200 || string(body) != "pcapng bytes" {
 		t.Fatalf("capture: %d %q", resp.StatusCode, body)
 	}
-	if f, l := resp.Trailer.Get(admin.TrailerCaptureFrames), resp.Trailer.Get(admin.TrailerCaptureLost); f != "3" || l != "1" {
-		t.Errorf("trailers frames %q lost %q, want 3 and 1", f, l)
+	if f, p, l := resp.Trailer.Get(admin.TrailerCaptureFrames), resp.Trailer.Get(admin.TrailerCapturePackets), resp.Trailer.Get(admin.TrailerCaptureLost); f != "3" || p != "5" || l != "1" {
+		t.Errorf("trailers frames %q packets %q lost %q, want 3, 5 and 1", f, p, l)
 	}
 	want := capture.Filter{VIP: netip.MustParseAddr("203.0.113.10"), Backend: netip.MustParseAddr("10.0.1.1"),
 		Verdicts: 1<<dataplane.VerdictDrop | 1<<dataplane.VerdictForward}

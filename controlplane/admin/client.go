@@ -89,12 +89,12 @@ func (c SocketClient) Dial(ctx context.Context) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	uid, ok := peerUID(conn)
-	if ok && c.trusts(uid) {
+	p := peerCred(conn)
+	if p.known && c.trusts(p.uid) {
 		return conn, nil
 	}
 	conn.Close()
-	return nil, &untrustedPeerError{path: c.Path, uid: uid, known: ok, want: c.trustedList()}
+	return nil, &untrustedPeerError{path: c.Path, uid: p.uid, known: p.known, want: c.trustedList()}
 }
 
 func (c SocketClient) trustedList() string {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"go.uber.org/zap"
 )
 
 // ErrUnknownBackend is what a Source's Drain and Undrain return for a name
@@ -60,6 +62,7 @@ func operate(src Source, undrain bool) http.HandlerFunc {
 			http.Error(w, "missing ?backend=NAME", http.StatusBadRequest)
 			return
 		}
+		auditTarget(req, name)
 		verb, fn := "drained", src.Drain
 		if undrain {
 			verb, fn = "undrained", src.Undrain
@@ -73,6 +76,7 @@ func operate(src Source, undrain bool) http.HandlerFunc {
 			http.Error(w, err.Error(), code)
 			return
 		}
+		auditNote(req, zap.Strings("backends", hit))
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		for _, b := range hit {
 			_, _ = fmt.Fprintf(w, "%s %s\n", verb, b)

@@ -185,12 +185,18 @@ func startServer(t *testing.T, src admin.Source) string {
 // temporary directory, and returns the TCP base URL and the socket path.
 func startServers(t *testing.T, src admin.Source) (base, sock string) {
 	t.Helper()
+	return startServersLog(t, src, zap.NewNop())
+}
+
+// startServersLog is startServers logging to log.
+func startServersLog(t *testing.T, src admin.Source, log *zap.Logger) (base, sock string) {
+	t.Helper()
 	var extra []prometheus.Collector
 	if rs, ok := src.(*rigSources); ok && rs.health != nil {
 		extra = append(extra, rs.health)
 	}
 	sock = filepath.Join(t.TempDir(), "admin.sock")
-	s, err := admin.New(admin.Options{Listen: "127.0.0.1:0", Socket: sock}, src, zap.NewNop(), extra...)
+	s, err := admin.New(admin.Options{Listen: "127.0.0.1:0", Socket: sock}, src, log, extra...)
 	if err != nil {
 		t.Fatal(err)
 	}

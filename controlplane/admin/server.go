@@ -88,8 +88,10 @@ func ConnLimits(nofile uint64) Limits {
 //	GET /status   Report as JSON
 //	GET /healthz  200 "ok" while the process serves
 //	GET /debug/pprof/...  Go's profiler (Options.Pprof; TCP only)
-//	POST /drain?backend=NAME, /undrain?backend=NAME, /drain-node, /undrain-node
-//	              (Source; the socket only: the TCP listener answers 403)
+//	POST /drain?backend=NAME, /undrain?backend=NAME, /drain-node, /undrain-node,
+//	     /reload, /capture
+//	              (Source; the socket only: the TCP listener answers 403;
+//	              each logged once, with the peer's uid and pid: AuditMessage)
 type Server struct {
 	opts Options
 	log  *zap.Logger
@@ -166,10 +168,11 @@ func New(opts Options, src Source, log *zap.Logger, extra ...prometheus.Collecto
 	if opts.Socket != "" {
 		unix := http.NewServeMux()
 		readOnly(unix, src, metrics, log)
+		audit := &auditLog{log: log}
 		for _, op := range operations(src) {
-			unix.HandleFunc("POST "+op.path, op.handle)
+			unix.HandleFunc("POST "+op.path, audit.audited(op))
 		}
-		s.unix = newHTTPServer(peerChecked(unix), opts.Limits.HeaderTimeout, log)
+		s.unix = newHTTPServer(peerChecked(unix, audit), opts.Limits.HeaderTimeout, log)
 		s.unix.ConnContext = withPeer
 	}
 	return s, nil

@@ -294,7 +294,8 @@ func (a *announcer) setDrained(drained bool) bool {
 	a.mu.Unlock()
 	a.nodeDown.Store(drained)
 	if changed {
-		a.log.Info("node drain", zap.Bool("drained", drained))
+		// No line here: the admin socket logs the request (its audit
+		// line, action drain-node or undrain-node), once.
 		a.poke()
 		if drained {
 			// Withdraw once the community has had its moment.

@@ -336,3 +336,37 @@ func TestCapture_TcpdumpReads(t *testing.T) {
 		t.Errorf("tcpdump read %d lines, want the 6 packets:\n%s", n, text)
 	}
 }
+
+// TestCapture_CountIsFrames: Count counts frames, each once whether it is
+// in the file once (dropped, passed) or twice (forwarded: as received and
+// as sent), across rings; the session stops at Count without taking a
+// frame more from a ring, and the next session starts with the frames it
+// left.
+func TestCapture_CountIsFrames(t *testing.T) {
+	r, frames := rig(t) // forward, drop, pass, forward
+	rings := []*capture.Ring{capture.NewRing(0, 16, 0, 64, capture.Filter{}), capture.NewRing(1, 16, 0, 64, capture.Filter{})}
+	for _, ring := range rings {
+		decide(r, ring, batch(frames), 1)
+	}
+	count := func(file []byte) (rx, tx int) {
+		pkts, _ := readBack(t, file)
+		for _, p := range pkts {
+			if p.iface == capture.IfaceRX {
+				rx++
+			} else {
+				tx++
+			}
+		}
+		return rx, tx
+	}
+	// Ring 0's four frames (6 packets), then ring 1's forward and drop.
+	file, st := run(t, &capture.Session{Rings: rings, Resolve: resolver(r), Count: 6})
+	if rx, tx := count(file); st.Frames != 6 || st.Packets != 9 || rx != 6 || tx != 3 {
+		t.Errorf("Count 6: stats %+v, %d packets as received and %d as sent; want 6 frames: 6 and 3, 9 packets", st, rx, tx)
+	}
+	// What is left: ring 1's pass and forward.
+	file, st = run(t, &capture.Session{Rings: rings, Resolve: resolver(r)})
+	if rx, tx := count(file); st.Frames != 2 || st.Packets != 3 || rx != 2 || tx != 1 {
+		t.Errorf("the rest: stats %+v, %d as received and %d as sent; want 2 frames: 2 and 1, 3 packets", st, rx, tx)
+	}
+}

@@ -26,7 +26,9 @@ type Session struct {
 	// Resolve names a forwarded frame's backend (from the current
 	// snapshot); false when the ref is unknown.
 	Resolve func(dataplane.BackendRef) (Named, bool)
-	// Count stops the session after that many frames (0: until ctx ends).
+	// Count stops the session after that many frames (0: until ctx ends):
+	// frames, not packets of the file, where a forwarded frame is two
+	// (as received and as sent) and any other one.
 	Count int
 	// Epoch is the wall time at the zero of the workers' clock.
 	Epoch time.Time
@@ -43,7 +45,10 @@ type Session struct {
 // Stats say what a session wrote.
 type Stats struct {
 	Frames uint64 // frames written (each as received, and as sent if forwarded)
-	Lost   uint64 // copies the rings dropped when full
+	// Packets are the file's packet blocks: one per frame as received,
+	// one more per frame forwarded (as sent).
+	Packets uint64
+	Lost    uint64 // copies the rings dropped when full
 }
 
 // Interfaces of the file.
@@ -52,8 +57,9 @@ const (
 	IfaceTX = 1 // frames as sent to the backend
 )
 
-// Run writes the pcapng file to w until Count frames are written or ctx
-// ends, and returns what it wrote; the error is w's.
+// Run writes the pcapng file to w until Count frames are written (their
+// packets as received and as sent) or ctx ends, and returns what it
+// wrote; the error is w's.
 func (s *Session) Run(ctx context.Context, w io.Writer) (Stats, error) {
 	idle := s.Idle
 	if idle <= 0 {
@@ -88,9 +94,13 @@ func (s *Session) Run(ctx context.Context, w io.Writer) (Stats, error) {
 					comment.Reset()
 					s.describe(&comment, r.queue, rec)
 					ng.packet(IfaceRX, at, r.data[base:base+min(r.snap, int(rec.rxLen))], int(rec.rxLen), comment.String())
+					st.Packets++
 					if rec.txLen > 0 {
 						ng.packet(IfaceTX, at, r.data[base+r.snap:base+r.snap+min(r.snap, int(rec.txLen))], int(rec.txLen), comment.String())
+						st.Packets++
 					}
+					// One frame, whether one packet or two: Count counts
+					// these.
 					st.Frames++
 					wrote = true
 				}

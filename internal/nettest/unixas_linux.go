@@ -54,3 +54,26 @@ func SharedDir(tb testing.TB) string {
 	tb.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
 }
+
+// DialUnixAs connects to the Unix socket at path as uid, as ListenUnixAs
+// listens: the listener's SO_PEERCRED then reads uid (and this process's
+// pid). The path must be reachable and writable by uid. Needs root; the
+// connection closes when the test ends.
+func DialUnixAs(tb testing.TB, path string, uid int) *net.UnixConn {
+	tb.Helper()
+	RequireRoot(tb)
+	var c *net.UnixConn
+	err := nsx.OnThread(func() error {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(uid), ^uintptr(0)); e != 0 {
+			return fmt.Errorf("setresuid(-1, %d, -1): %w", uid, e)
+		}
+		var err error
+		c, err = net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+		return err
+	})
+	if err != nil {
+		tb.Fatalf("connecting to %s as uid %d: %v", path, uid, err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
+}

@@ -23,8 +23,9 @@ import (
 // frames asked for out of its workers (tcpdump on the interface cannot see
 // them: the XDP program redirects them): forwarded UDP to a VIP, as
 // received and as sent (L2 DSR: the backend's MAC), each with its verdict
-// and backend; then dropped frames with their reason. The files read back
-// with gopacket and with tcpdump.
+// and backend; then dropped frames with their reason. -c N is N distinct
+// frames, however many packets that makes (a forwarded frame is two).
+// The files read back with gopacket and with tcpdump.
 func TestCaptureCommand(t *testing.T) {
 	tcpdump, err := exec.LookPath("tcpdump")
 	if err != nil {
@@ -39,8 +40,9 @@ func TestCaptureCommand(t *testing.T) {
 	noRule := netip.AddrPortFrom(testbed.VIP4, 9)
 
 	// capture runs `xlb capture args -w FILE` while send makes traffic,
-	// until the command ends (it stops after its -c frames).
-	capture := func(t *testing.T, send func(i int), args ...string) []byte {
+	// until the command ends (it stops after its -c frames); its summary
+	// must say it wrote frames frames in packets packets.
+	capture := func(t *testing.T, frames, packets int, send func(i int), args ...string) []byte {
 		t.Helper()
 		file := filepath.Join(t.TempDir(), "c.pcapng")
 		var stderr bytes.Buffer
@@ -58,8 +60,9 @@ func TestCaptureCommand(t *testing.T) {
 				if err != nil {
 					t.Fatalf("xlb capture %v: %v\n%s", args, err, stderr.String())
 				}
-				if !strings.Contains(stderr.String(), "frames written to "+file) || !strings.Contains(stderr.String(), "0 copies lost") {
-					t.Errorf("xlb capture: stderr %q", stderr.String())
+				summary := fmt.Sprintf("%d frames written to %s (%d packets", frames, file, packets)
+				if !strings.Contains(stderr.String(), summary) || !strings.Contains(stderr.String(), "0 copies lost") {
+					t.Errorf("xlb capture: stderr %q, want %q..., 0 copies lost", stderr.String(), summary)
 				}
 				raw, err := os.ReadFile(file)
 				if err != nil {
@@ -105,13 +108,44 @@ func TestCaptureCommand(t *testing.T) {
 		return rx, tx
 	}
 
+	// payloads are the UDP payloads of frames, in order (the UDP layer's:
+	// gopacket decodes port 53's as DNS).
+	payloads := func(ps []gopacket.Packet) []string {
+		var out []string
+		for _, p := range ps {
+			if udp, ok := p.Layer(layers.LayerTypeUDP).(*layers.UDP); ok {
+				out = append(out, string(udp.Payload))
+			} else {
+				out = append(out, "")
+			}
+		}
+		return out
+	}
+	// distinct says whether no two of s are the same.
+	distinct := func(s []string) bool {
+		seen := map[string]bool{}
+		for _, v := range s {
+			if v == "" || seen[v] {
+				return false
+			}
+			seen[v] = true
+		}
+		return true
+	}
+
+	// -c counts frames: -c 6 of forwarded traffic is 6 frames, each as
+	// received and as sent (12 packets), not 6 packets.
 	t.Run("Forwarded", func(t *testing.T) {
-		raw := capture(t, func(i int) {
+		raw := capture(t, 6, 12, func(i int) {
 			_, _ = testbed.UDPEcho(c.NS, echo, fmt.Sprintf("cap%d", i), time.Second)
 		}, "--vip", testbed.VIP4.String(), "--verdict", "forward", "-c", "6")
 		rx, tx := packets(t, raw)
 		if len(rx) != 6 || len(tx) != 6 {
 			t.Fatalf("%d frames as received, %d as sent; want 6 and 6", len(rx), len(tx))
+		}
+		// 6 distinct frames, each the same as received and as sent.
+		if in, out := payloads(rx), payloads(tx); !distinct(in) || fmt.Sprint(in) != fmt.Sprint(out) {
+			t.Errorf("payloads as received %q, as sent %q: want 6 distinct frames, each in both", in, out)
 		}
 		for i := range rx {
 			in, out := rx[i].Layer(layers.LayerTypeUDP), tx[i].Layer(layers.LayerTypeUDP)
@@ -130,16 +164,20 @@ func TestCaptureCommand(t *testing.T) {
 		}
 	})
 
+	// A frame only received (dropped) is one frame, one packet.
 	t.Run("Dropped", func(t *testing.T) {
-		raw := capture(t, func(i int) {
+		raw := capture(t, 2, 2, func(i int) {
 			if conn, err := testbed.Dial(c.NS, "udp", noRule, time.Second); err == nil {
-				_, _ = conn.Write([]byte("nobody"))
+				_, _ = fmt.Fprintf(conn, "nobody%d", i)
 				conn.Close()
 			}
 		}, "--verdict", "drop", "-c", "2")
 		rx, tx := packets(t, raw)
 		if len(rx) != 2 || len(tx) != 0 {
 			t.Fatalf("%d frames as received, %d as sent; want 2 and none", len(rx), len(tx))
+		}
+		if in := payloads(rx); !distinct(in) {
+			t.Errorf("payloads %q: want 2 distinct frames", in)
 		}
 		if n := bytes.Count(raw, []byte("verdict=drop reason=no-rule")); n != 2 {
 			t.Errorf("%d comments say no-rule drop, want 2", n)

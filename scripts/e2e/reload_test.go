@@ -268,12 +268,22 @@ func TestReload(t *testing.T) {
 		t.Errorf("no new connection answered after the broken file: %v", since)
 	}
 
-	// Operator drain of b1: no new connection reaches it afterwards.
+	// Operator drain of b1: no new connection reaches it afterwards. xlb
+	// logs it, once: the backend asked for and drained, and who asked,
+	// the uid and the pid of this `xlb drain` (`ip netns exec` execs it:
+	// the pid is its own).
 	drainSent := time.Now()
-	if out, err := testbed.Exec(b.LB.NS, xlbBin, "drain", "--socket", adminSocket(b.LB.NS), "b1"); err != nil || out != "drained web/b1\n" {
+	drain := exec.Command("ip", "netns", "exec", b.LB.NS, xlbBin, "drain", "--socket", adminSocket(b.LB.NS), "b1")
+	if out, err := drain.CombinedOutput(); err != nil || string(out) != "drained web/b1\n" {
 		t.Fatalf("xlb drain b1: %q, %v", out, err)
 	}
 	drained := time.Now()
+	audit := p.waitAudit(t, "drain", drain.Process.Pid)
+	if audit["level"] != "info" || audit["target"] != "b1" || audit["outcome"] != "ok" || audit["peer_uid"] != float64(os.Geteuid()) ||
+		fmt.Sprint(audit["backends"]) != "[web/b1]" {
+		t.Errorf("xlb drain b1's audit line %v: want info, target b1, outcome ok, backends [web/b1], peer uid %d", audit, os.Geteuid())
+	}
+	t.Logf("the drain's audit line: %v", audit)
 	time.Sleep(700 * time.Millisecond)
 	table, err := testbed.Exec(b.LB.NS, xlbBin, "status")
 	if err != nil {

@@ -123,6 +123,42 @@ func keepIn(t *testing.T, cfg, dir string) {
 	must(t, os.WriteFile(cfg, []byte(text), 0o644))
 }
 
+// auditLines are the admin socket's audit lines in xlb's log (its JSON
+// lines with msg "admin operation") of action asked by the process pid.
+func (p *xlbProc) auditLines(action string, pid int) []map[string]any {
+	var got []map[string]any
+	for line := range strings.Lines(p.log.String()) {
+		if !strings.Contains(line, `"msg":"admin operation"`) {
+			continue
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["action"] == action && m["peer_pid"] == float64(pid) {
+			got = append(got, m)
+		}
+	}
+	return got
+}
+
+// waitAudit waits for the audit line of action asked by the process pid
+// to reach xlb's log (through a pipe: it may come a moment after the
+// answer) and returns it; there must be one only.
+func (p *xlbProc) waitAudit(t *testing.T, action string, pid int) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if got := p.auditLines(action, pid); len(got) > 0 {
+			if len(got) > 1 {
+				t.Errorf("%d audit lines of %s by pid %d, want 1: %v", len(got), action, pid, got)
+			}
+			return got[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no audit line of %s by pid %d in xlb's log within 10 s:\n%s", action, pid, grepLines(p.log.String(), `"msg":"admin operation"`))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // stop ends xlb with SIGTERM (SIGKILL after 5 s) if it still runs.
 func (p *xlbProc) stop() {
 	select {
