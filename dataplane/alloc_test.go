@@ -122,8 +122,8 @@ func allocDecide(tb testing.TB, dc *dataplane.Decider, frame []byte) dataplane.D
 	return dc.Decide(&f, benchClock())
 }
 
-// TestProcessDoesNotAllocate_FloodAndDrainPaths: the paths issue 13 added
-// allocate nothing per frame either: a new flow over the new-entry rate
+// TestProcessDoesNotAllocate_FloodAndDrainPaths: the flood and drain
+// paths allocate nothing per frame either: a new flow over the new-entry rate
 // (forwarded, not recorded) and a new flow to a rule a reload removed
 // while it drains (dropped as vip-draining).
 func TestProcessDoesNotAllocate_FloodAndDrainPaths(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 
 // Absolute nanoseconds differ by 1.5x between our VMs, so some targets are
 // ratios to Go's built-in map with the same 40-byte keys, walked the same
-// way and measured in the same run (issue 11).
+// way and measured in the same run.
 
 // mapEntry is the payload of a Go-map entry: the size of a conntrack slot's
 // payload beside its key (packed value and last-used time, 16 bytes).

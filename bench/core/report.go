@@ -20,7 +20,7 @@ const (
 	// The in-cache engine cost (1k flows) against a saved run of the same
 	// machine: down by a third.
 	targetInCacheRatio = 2.0 / 3
-	// Flow sync on against off (issue 19): at most 5 % more per packet.
+	// Flow sync on against off: at most 5 % more per packet.
 	targetFlowSyncPct = 5
 )
 

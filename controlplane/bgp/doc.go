@@ -1,4 +1,4 @@
-// Package bgp is the route announcer of a fleet of xlb instances (issue 10):
+// Package bgp is the route announcer of a fleet of xlb instances:
 // a BGP speaker that announces each VIP as a host route (/32, /128) to the
 // routers in front of the instances, so that they spread clients over every
 // instance that announces it (ECMP). It embeds GoBGP

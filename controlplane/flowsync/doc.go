@@ -1,5 +1,5 @@
 // Package flowsync shares an instance's tracked flows with its peers
-// ([flow_sync], issue 19), so that a flow the routers move to another
+// ([flow_sync]), so that a flow the routers move to another
 // instance finds its entry there, with the same backend, even where
 // Maglev would now choose another.
 //

@@ -22,7 +22,7 @@ import (
 
 // longLived is the number of long-lived connections of the kill -9, join,
 // SIGTERM and node-drain steps, each asking every 100 ms (3000 requests a
-// second through the fleet), as issue 10 asks.
+// second through the fleet).
 const longLived = 300
 
 // TestFleet runs three xlb instances behind the fleet bed's router, which

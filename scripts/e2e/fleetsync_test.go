@@ -41,7 +41,7 @@ const fsPort = 7300
 const fsDrain = 600
 
 // TestFleetSync: with [flow_sync], events that combine break no
-// connection (issue 19). Three instances behind the fleet bed's router
+// connection. Three instances behind the fleet bed's router
 // (ECMP), each with its own state_dir, sharing one key; the web services
 // start over b1-b3 of the bed's b1-b4. 300 long-lived connections ask
 // every 100 ms through every step, one bed, and each step asserts 0

@@ -77,8 +77,8 @@ const defaultStateDirLine = "# state_dir: none, the default " + defaultStateDir 
 // in /run/xlb. 150 kept-alive connections sit off Maglev's choice
 // (offChoiceBed: made under weights 1, 4, 0, which then change to 0, 0,
 // 1); xlb is stopped with SIGTERM and started again while every
-// connection asks every 100 ms: none breaks (issue 19: 57 of 150 reset
-// when nothing was kept by default). Only this test uses /run/xlb; the
+// connection asks every 100 ms: none breaks (57 of 150 reset when
+// nothing was kept by default). Only this test uses /run/xlb; the
 // files it made there are removed at its end, passed or failed.
 func TestRestart_DefaultStateDir(t *testing.T) {
 	t.Parallel()
