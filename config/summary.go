@@ -6,19 +6,10 @@ import (
 )
 
 // ValidateForRun checks what only `xlb run` needs on top of Parse:
-// dataplane.interface, and no [[backend_service.quic_lb]] yet. It returns Errors like Parse does.
+// dataplane.interface. It returns Errors like Parse does.
 func (c *Config) ValidateForRun() error {
 	if c.Dataplane.Interface == "" {
 		return Errors{{File: c.Path, Field: "dataplane.interface", Msg: "required by xlb run"}}
-	}
-	// Refused rather than ignored until the data plane routes by
-	// connection ID: a QUIC service would otherwise lose its migrating
-	// connections without a word.
-	for i, s := range c.Services {
-		if len(s.QUICLB) > 0 {
-			return Errors{{File: c.Path, Field: fmt.Sprintf("backend_service[%d].quic_lb", i),
-				Msg: "xlb run does not route QUIC by connection ID yet (xlb check and xlb sim accept it)"}}
-		}
 	}
 	return nil
 }

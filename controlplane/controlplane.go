@@ -16,6 +16,7 @@ import (
 	"xlb/config"
 	"xlb/dataplane"
 	"xlb/maglev"
+	"xlb/quiclb"
 )
 
 // WeightState is what the last health-check reply said about the weight (W1a).
@@ -137,6 +138,9 @@ type serviceState struct {
 	sideSet     bool
 	// switches counts side changes: [0] to failover, [1] back to primary.
 	switches [2]uint64
+	// quic is cfg's QUIC-LB configurations by config rotation value; nil
+	// without [[backend_service.quic_lb]].
+	quic *[8]*quiclb.Config
 }
 
 type backendState struct {
@@ -231,6 +235,7 @@ func (c *ControlPlane) Apply(cfg *config.Config, now int64) (Diff, error) {
 			d.ServicesAdded = append(d.ServicesAdded, s.Name)
 		}
 		st.cfg = s
+		st.quic = c.quicConfigs(&s)
 		drain := s.DrainingTimeout.Milliseconds()
 
 		clear(kept)
@@ -692,9 +697,11 @@ func (c *ControlPlane) publish(now int64) {
 		s.Services[st.id] = c.buildService(st, s)
 	}
 	for id, st := range c.retired {
-		// No members, no eligible set: only tracked flows reach it.
+		// No members, no eligible set: only tracked flows reach it, and
+		// QUIC connections by connection ID while their backends drain.
 		s.Services[id] = serviceHeader(st)
 	}
+	c.addQUICRoutes(s)
 
 	byVIP := make(map[netip.Addr]*dataplane.VIPRules, len(c.cfg.Rules))
 	vips := make([]netip.Addr, 0, len(c.cfg.Rules))

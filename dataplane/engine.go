@@ -9,6 +9,7 @@ import (
 	"xlb/conntrack"
 	"xlb/dataplane/packet"
 	"xlb/maglev"
+	"xlb/quiclb"
 )
 
 const (
@@ -150,6 +151,9 @@ type Decision struct {
 	// Refused: the new flow's entry, on probation, was not stored: both
 	// its buckets held only established entries (X3). It was forwarded.
 	Refused bool
+	// CID is what routing by QUIC connection ID read of the packet
+	// (Outcome CIDNone when the service has no QUIC-LB).
+	CID CIDRoute
 
 	pending bool // front passed the frame on to steps 1–2
 }
@@ -196,6 +200,8 @@ type Decider struct {
 	// ring takes the flows that become established and this instance's
 	// own ([flow_sync]); nil without flow sync.
 	ring *SyncRing
+
+	quic quiclb.Scratch // AES work of connection ID decoding
 }
 
 // NewDecider returns a decider of e.
@@ -412,6 +418,9 @@ func (dc *Decider) front(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision
 		return false
 	}
 
+	if q := svc.QUIC; q != nil && fl.Proto == packet.ProtoUDP && fl.PortInfo && !d.ICMPSteered {
+		dc.readCID(f.Data(), p, snap, q, d)
+	}
 	selectionKey(svc, fl, d)
 	trackingKey(svc, fl, d)
 	d.pending = true
@@ -422,6 +431,11 @@ func (dc *Decider) front(f *Frame, snap *Snapshot, p *packet.Parsed, d *Decision
 // and validity, selection, recording. h is the tracking key's hint when
 // d.Trackable.
 func (dc *Decider) back(snap *Snapshot, now int64, d *Decision, h conntrack.Hint) {
+	if d.CID.Outcome == CIDRouted && dc.routeByCID(d, now) {
+		// The server that issued the connection ID has the connection,
+		// whatever the client's address and port are now.
+		return
+	}
 	ct := dc.ct
 	svc, fl := d.Service, &d.Flow
 	switch {
@@ -437,15 +451,7 @@ func (dc *Decider) back(snap *Snapshot, now int64, d *Decision, h conntrack.Hint
 			break
 		}
 		b := snap.Backend(BackendRef(e.Backend))
-		switch {
-		case b == nil || (b.Removed && now >= b.DrainUntil): // M5
-			d.Invalid = "removed"
-		case !b.Healthy && !persists(svc, fl.Proto): // M3, P1
-			d.Invalid = "unhealthy"
-		case svc.FailoverEnabled && svc.DisableDrainOnFailover && Side(e.Side) != svc.Side: // M4
-			d.Invalid = "failover"
-		}
-		if d.Invalid == "" {
+		if d.Invalid = unavailable(svc, b, Side(e.Side), fl.Proto, now); d.Invalid == "" {
 			switch {
 			case d.ICMPSteered:
 			case !fl.RST && (e.HalfOpen || e.Peer) && !(fl.SYN && e.HalfOpen):
@@ -683,6 +689,21 @@ func trackingKey(svc *Service, fl *Flow, d *Decision) {
 }
 
 // persists is P1: does an entry on an unhealthy backend keep its packets?
+// unavailable says why backend b, on side, may no longer take a flow's
+// packets of proto ("" when it may): a tracked flow's, or a QUIC
+// connection's that its connection ID names.
+func unavailable(svc *Service, b *Backend, side Side, proto packet.Proto, now int64) string {
+	switch {
+	case b == nil || (b.Removed && now >= b.DrainUntil): // M5
+		return "removed"
+	case !b.Healthy && !persists(svc, proto): // M3, P1
+		return "unhealthy"
+	case svc.FailoverEnabled && svc.DisableDrainOnFailover && side != svc.Side: // M4
+		return "failover"
+	}
+	return ""
+}
+
 func persists(svc *Service, proto packet.Proto) bool {
 	switch svc.Persistence {
 	case config.PersistNever:

@@ -126,6 +126,9 @@ type Service struct {
 	// Eligible is empty. An entry is 2 bytes: a service has at most
 	// maglev.MaxBackends (65,535) backends, as the configuration checks.
 	Table []uint16
+	// QUIC routes the service's QUIC packets by connection ID; nil without
+	// [[backend_service.quic_lb]].
+	QUIC *QUICRoutes
 }
 
 // Rule is one forwarding rule.

@@ -22,6 +22,9 @@ type Stats struct {
 	// TooBigSent counts the too-big drops answered with an ICMP error to
 	// the sender (X1); they are counted in Drops[ReasonTooBig] too.
 	TooBigSent atomic.Uint64
+	// CID counts the UDP packets of services with QUIC-LB by what routing
+	// by connection ID made of them (CIDRouted, or a fallback's reason).
+	CID [NumCIDOutcomes]atomic.Uint64
 
 	per atomic.Pointer[perObject]
 
@@ -36,6 +39,7 @@ type Stats struct {
 type batchCounts struct {
 	pass, forward, evictions, tooBigSent, notRecorded uint64
 	drops                                             [NumReasons]uint64
+	cid                                               [NumCIDOutcomes]uint64
 	svc                                               []serviceDelta // by service ID, as long as perObject.services
 	be                                                []backendDelta // by backend slot, as long as perObject.backends
 	svcTouched                                        []uint16       // services with a non-zero delta
@@ -181,6 +185,7 @@ func (s *Stats) count(d *Decision, length int) {
 	if d.TooBigSent {
 		b.tooBigSent++
 	}
+	b.cid[d.CID.Outcome]++ // CIDNone's count is never read
 }
 
 // add adds n to a counter only the decider writes: a load and a store, no
@@ -204,6 +209,11 @@ func (s *Stats) flush() {
 		add(&s.Drops[r], b.drops[r])
 		b.drops[r] = 0
 	}
+	for o := CIDRouted; o < numCIDOutcomes; o++ {
+		add(&s.CID[o], b.cid[o])
+		b.cid[o] = 0
+	}
+	b.cid[CIDNone] = 0
 	if len(b.svcTouched) == 0 && len(b.beTouched) == 0 {
 		return
 	}

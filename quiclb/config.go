@@ -99,3 +99,21 @@ func (c *Config) String() string {
 // RotationOf is the config rotation value of a connection ID's first
 // octet.
 func RotationOf(first byte) uint8 { return first >> 5 }
+
+// ServerIDKey is a server ID as a map key: its length, then its octets.
+// A lookup by it allocates nothing.
+type ServerIDKey [1 + MaxServerIDLen]byte
+
+// KeyOf is sid's ServerIDKey; a server ID longer than MaxServerIDLen
+// gives the zero key, which no server ID has.
+func KeyOf(sid []byte) (k ServerIDKey) {
+	if len(sid) == 0 || len(sid) > MaxServerIDLen {
+		return k
+	}
+	k[0] = byte(len(sid))
+	copy(k[1:], sid)
+	return k
+}
+
+// ServerID is the server ID k holds.
+func (k *ServerIDKey) ServerID() []byte { return k[1 : 1+int(k[0])] }

@@ -60,6 +60,9 @@ type Packet struct {
 	VLAN uint16
 	// PayloadLen is the L4 payload size (default 32; fragments need >= 48).
 	PayloadLen int
+	// Payload, when set, is the L4 payload (PayloadLen is then ignored
+	// unless a fragment needs more: zeros are appended).
+	Payload []byte
 	// SrcMAC/DstMAC default to fixed locally administered addresses.
 	SrcMAC, DstMAC net.HardwareAddr
 }
@@ -182,9 +185,17 @@ func buildL4(p *Packet) ([]byte, error) {
 	if p.Frag != FragNone && n < 48 {
 		n = 48
 	}
-	data := make([]byte, n)
-	for i := range data {
-		data[i] = byte(i)
+	var data []byte
+	if p.Payload != nil {
+		data = append([]byte(nil), p.Payload...)
+		if p.Frag != FragNone && len(data) < 48 {
+			data = append(data, make([]byte, 48-len(data))...)
+		}
+	} else {
+		data = make([]byte, n)
+		for i := range data {
+			data[i] = byte(i)
+		}
 	}
 	var netLayer gopacket.NetworkLayer
 	if p.Dst.Is6() {
