@@ -5,11 +5,8 @@ package controlplane_test
 // decider: testdata/quic/service.toml's service, real frames.
 
 import (
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,11 +15,8 @@ import (
 	"xlb/quiclb"
 )
 
-// quicKey is the AES-128 key of the tests' encrypted configuration.
-var quicKey, _ = hex.DecodeString("8f95f09245765f80256934e50c66207f")
-
-// quicRig holds a rig on testdata/quic/service.toml and the two configurations
-// its servers would use, to make connection IDs with.
+// quicRig holds a rig on cptest.QUICText and the two configurations its
+// servers would use, to make connection IDs with.
 type quicRig struct {
 	*cptest.Rig
 	text  string
@@ -30,67 +24,18 @@ type quicRig struct {
 	enc   *quiclb.Config // rotation 2
 }
 
-// quicText is testdata/quic/service.toml with its key file written and its
-// encrypted configuration's nonce length set.
-func quicText(t *testing.T, nonce2 int) string {
-	t.Helper()
-	data, err := os.ReadFile("../testdata/quic/service.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := filepath.Join(t.TempDir(), "quic-lb.key")
-	if err := os.WriteFile(key, []byte(hex.EncodeToString(quicKey)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return strings.NewReplacer("KEYFILE", key, "NONCE2", fmt.Sprint(nonce2)).Replace(string(data))
-}
-
 func newQUICRig(t *testing.T, nonce2 int) *quicRig {
 	t.Helper()
-	plain, err := quiclb.New(1, 2, 6, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enc, err := quiclb.New(2, 2, nonce2, quicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := quicText(t, nonce2)
+	plain, enc := cptest.QUICConfigs(t, nonce2)
+	text := cptest.QUICText(t, nonce2)
 	return &quicRig{Rig: cptest.New(t, text), text: text, plain: plain, enc: enc}
 }
 
-// cid is a connection ID of configuration c for server ID sid; n makes
-// the nonce (a server's nonces differ per connection).
-func cid(t *testing.T, c *quiclb.Config, sid string, n int) []byte {
-	t.Helper()
-	s, err := hex.DecodeString(sid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nonce := make([]byte, c.NonceLen())
-	binary.BigEndian.PutUint32(nonce, uint32(n)*2654435761)
-	id, err := c.Encode(nil, s, nonce, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
-// shortHeader is a QUIC short-header packet to dcid, with some protected
-// payload after it.
-func shortHeader(dcid []byte) []byte {
-	p := append([]byte{0x40 | 0x01}, dcid...)
-	return append(p, make([]byte, 24)...)
-}
-
-// longHeader is a QUIC version 1 long-header packet of type typ (0
-// Initial, 1 0-RTT, 2 Handshake) to dcid.
-func longHeader(typ byte, dcid []byte) []byte {
-	p := []byte{0xc0 | typ<<4, 0, 0, 0, 1, byte(len(dcid))}
-	p = append(p, dcid...)
-	p = append(p, 8, 1, 2, 3, 4, 5, 6, 7, 8) // the source connection ID
-	return append(p, make([]byte, 40)...)
-}
+var (
+	cid         = cptest.QUICCID
+	shortHeader = cptest.QUICShort
+	longHeader  = cptest.QUICLong
+)
 
 // client is the i-th client's address and port: every i a different
 // 5-tuple, as a client that migrates or a NAT that rebinds makes.

@@ -4,13 +4,7 @@ package dataplane_test
 // cost next to plain UDP (BenchmarkQUICLB).
 
 import (
-	"encoding/binary"
-	"encoding/hex"
-	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"xlb/conntrack"
@@ -25,52 +19,30 @@ import (
 
 var quicVIP = netip.MustParseAddr("203.0.113.10")
 
-// quicBenchKey is the AES-128 key of the encrypted configuration.
-var quicBenchKey, _ = hex.DecodeString("8f95f09245765f80256934e50c66207f")
-
-// quicEngine runs testdata/quic/service.toml (rotation 1 in the clear,
-// rotation 2 encrypted with a nonce of nonce2 octets) and returns the
-// engine and the configuration the servers of rotation 2 use.
+// quicEngine runs cptest.QUICText (rotation 1 in the clear, rotation 2
+// encrypted with a nonce of nonce2 octets) and returns the engine and the
+// configuration the servers of rotation 2 use.
 func quicEngine(tb testing.TB, nonce2 int) (*dataplane.Engine, *controlplane.ControlPlane, *quiclb.Config) {
 	tb.Helper()
-	data, err := os.ReadFile("../testdata/quic/service.toml")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	key := filepath.Join(tb.TempDir(), "quic-lb.key")
-	if err := os.WriteFile(key, []byte(hex.EncodeToString(quicBenchKey)+"\n"), 0o600); err != nil {
-		tb.Fatal(err)
-	}
-	text := strings.NewReplacer("KEYFILE", key, "NONCE2", fmt.Sprint(nonce2)).Replace(string(data))
 	ct, err := conntrack.New(conntrack.MinCapacity)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	eng := dataplane.NewEngine(ct)
-	cp, err := controlplane.New(cptest.Config(tb, text), eng, controlplane.Options{
+	cp, err := controlplane.New(cptest.Config(tb, cptest.QUICText(tb, nonce2)), eng, controlplane.Options{
 		Local: sim.SimLocal(), InitialHealthy: true, InitialWeight: 1000,
 	}, benchClock())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	enc, err := quiclb.New(2, 2, nonce2, quicBenchKey)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	_, enc := cptest.QUICConfigs(tb, nonce2)
 	return eng, cp, enc
 }
 
 // quicPayload is a short-header packet whose connection ID, of
-// configuration c, carries server ID sid.
-func quicPayload(tb testing.TB, c *quiclb.Config, sid []byte, n int) []byte {
-	tb.Helper()
-	nonce := make([]byte, c.NonceLen())
-	binary.BigEndian.PutUint32(nonce, uint32(n)*2654435761)
-	id, err := c.Encode(nil, sid, nonce, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return append(append([]byte{0x41}, id...), make([]byte, 24)...)
+// configuration c, carries server ID sid (hex).
+func quicPayload(tb testing.TB, c *quiclb.Config, sid string, n int) []byte {
+	return cptest.QUICShort(cptest.QUICCID(tb, c, sid, n))
 }
 
 func quicFrame(tb testing.TB, sport uint16, payload []byte) []byte {
@@ -87,11 +59,8 @@ func quicFrame(tb testing.TB, sport uint16, payload []byte) []byte {
 // nothing per frame, in the clear, in one AES pass and in four, nor does
 // a fallback.
 func TestProcessDoesNotAllocate_QUICLB(t *testing.T) {
-	plain, err := quiclb.New(1, 2, 6, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := []byte{0, 2}
+	plain, _ := cptest.QUICConfigs(t, 14)
+	const sid = "0002"
 	for _, nonce2 := range []int{14, 8} {
 		eng, _, enc := quicEngine(t, nonce2)
 		dc := eng.NewDecider()
@@ -102,7 +71,7 @@ func TestProcessDoesNotAllocate_QUICLB(t *testing.T) {
 		}{
 			{"plaintext", quicPayload(t, plain, sid, 1), dataplane.CIDRouted},
 			{enc.String(), quicPayload(t, enc, sid, 1), dataplane.CIDRouted},
-			{"unknown server ID", quicPayload(t, enc, []byte{0, 9}, 1), dataplane.CIDUnknownServerID},
+			{"unknown server ID", quicPayload(t, enc, "0009", 1), dataplane.CIDUnknownServerID},
 			{"not QUIC", make([]byte, 32), dataplane.CIDNotQUIC},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -131,11 +100,8 @@ func BenchmarkQUICLB(b *testing.B) {
 		}
 		return out
 	}
-	sids := [][]byte{{0, 1}, {0, 2}, {0, 3}}
-	plain, err := quiclb.New(1, 2, 6, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	sids := []string{"0001", "0002", "0003"}
+	plain, _ := cptest.QUICConfigs(b, 14)
 	b.Run("plain-udp", func(b *testing.B) { benchRun(b, benchFixUDP(b)) })
 	for _, tc := range []struct {
 		name   string

@@ -30,6 +30,11 @@ var (
 	descQueueTooBigSent = prometheus.NewDesc("xlb_queue_icmp_too_big_sent_total",
 		"Too-big drops answered with ICMP fragmentation needed / packet too big to the sender.", queueLabels, nil)
 
+	descQUICRouted = prometheus.NewDesc("xlb_quic_cid_routed_total",
+		"UDP packets of services with QUIC-LB sent to the backend whose server ID their connection ID carries.", queueLabels, nil)
+	descQUICFallback = prometheus.NewDesc("xlb_quic_cid_fallback_total",
+		"UDP packets of services with QUIC-LB that took the usual path (tracking, Maglev) instead, by reason.", []string{"queue", "reason"}, nil)
+
 	descAFXDPDrops = prometheus.NewDesc("xlb_afxdp_drop_packets_total",
 		"Frames lost on the queue's AF_XDP socket, by reason: the kernel's (rx_ring_full, rx_dropped, rx_invalid_descs, tx_invalid_descs) and ours (tx_ring_full).",
 		[]string{"queue", "reason"}, nil)
@@ -124,6 +129,7 @@ var (
 
 	allDescs = []*prometheus.Desc{
 		descQueueRX, descQueueTX, descQueuePass, descQueueDrops, descQueueEvictions, descQueueNotRecorded, descQueueTooBigSent,
+		descQUICRouted, descQUICFallback,
 		descAFXDPDrops, descAFXDPFillEmpty, descXDPFrames, descXDPRetagged,
 		descCTEntries, descCTCapacity, descCTInserts, descCTUpdates, descCTEvictions, descCTEvicted, descCTRefused, descCTSpills, descCTMoves, descCTReclaimed, descCTDeletes, descCTFaults,
 		descGeneration, descReloadOK, descReloadFail,
@@ -186,6 +192,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descQueueNotRecorded, q.NotRecorded, l)
 		counter(descQueueTooBigSent, q.TooBigSent, l)
 		drops(descQueueDrops, &q.Drops, l)
+		counter(descQUICRouted, q.QUIC.Routed(), l)
+		for _, o := range cidFallbacks() {
+			counter(descQUICFallback, q.QUIC[o], l, o.String())
+		}
 	}
 	if rt := r.Runtime; rt != nil {
 		for i := range rt.Queues {

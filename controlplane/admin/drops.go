@@ -53,3 +53,60 @@ func (d *Drops) UnmarshalJSON(b []byte) error {
 	}
 	return nil
 }
+
+// QUICCounts are the packets of services with QUIC-LB by what routing by
+// connection ID made of them (indexed by dataplane.CIDOutcome): Routed,
+// the rest fallbacks to the usual path. In JSON: {"routed": 9, "fallback":
+// {"client_chosen": 2}}, zeros left out.
+type QUICCounts [dataplane.NumCIDOutcomes]uint64
+
+// cidFallbacks are the outcomes that are fallbacks, in order.
+func cidFallbacks() []dataplane.CIDOutcome {
+	var out []dataplane.CIDOutcome
+	for o := dataplane.CIDRouted + 1; int(o) < dataplane.NumCIDOutcomes; o++ {
+		out = append(out, o)
+	}
+	return out
+}
+
+// Routed is the count of packets routed by connection ID.
+func (q *QUICCounts) Routed() uint64 { return q[dataplane.CIDRouted] }
+
+func (q *QUICCounts) add(c *[dataplane.NumCIDOutcomes]atomic.Uint64) {
+	for i := range c {
+		q[i] += c[i].Load()
+	}
+}
+
+type quicJSON struct {
+	Routed   uint64            `json:"routed"`
+	Fallback map[string]uint64 `json:"fallback,omitempty"`
+}
+
+// MarshalJSON writes the routed count and the non-zero fallbacks by reason.
+func (q QUICCounts) MarshalJSON() ([]byte, error) {
+	j := quicJSON{Routed: q.Routed()}
+	for _, o := range cidFallbacks() {
+		if q[o] != 0 {
+			if j.Fallback == nil {
+				j.Fallback = map[string]uint64{}
+			}
+			j.Fallback[o.String()] = q[o]
+		}
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes; unknown reasons are skipped.
+func (q *QUICCounts) UnmarshalJSON(b []byte) error {
+	var j quicJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*q = QUICCounts{}
+	q[dataplane.CIDRouted] = j.Routed
+	for _, o := range cidFallbacks() {
+		q[o] = j.Fallback[o.String()]
+	}
+	return nil
+}

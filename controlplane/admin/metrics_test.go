@@ -137,6 +137,13 @@ func TestMetrics(t *testing.T) {
 		`xlb_xdp_frames_total{verdict="passed_vlan_offload"}`:               3,
 		`xlb_xdp_retagged_frames_total{}`:                                   5,
 	}
+	// No service has QUIC-LB: every counter is there, at zero.
+	for _, q := range []string{"0", "3"} {
+		want[`xlb_quic_cid_routed_total{queue="`+q+`"}`] = 0
+		for _, reason := range []string{"not_quic", "client_chosen", "unroutable", "unknown_config", "short", "unknown_server_id", "backend_unavailable"} {
+			want[`xlb_quic_cid_fallback_total{queue="`+q+`",reason="`+reason+`"}`] = 0
+		}
+	}
 	for r := dataplane.Reason(1); int(r) < dataplane.NumReasons; r++ {
 		reason := r.String()
 		want[fmt.Sprintf(`xlb_queue_drop_packets_total{queue="0",reason=%q}`, reason)] = float64(q0.drops[reason])

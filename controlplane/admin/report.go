@@ -114,6 +114,9 @@ type QueueReport struct {
 	// TooBigSent counts the too-big drops answered with ICMP
 	// fragmentation needed / packet too big to the sender (X1).
 	TooBigSent uint64 `json:"too_big_icmp_sent"`
+	// QUIC counts the UDP packets of services with QUIC-LB by what routing
+	// by connection ID made of them.
+	QUIC QUICCounts `json:"quic_cid"`
 }
 
 // ServiceReport is one backend service.
@@ -254,6 +257,7 @@ func queues(workers []QueueStats) []QueueReport {
 		q.NotRecorded += s.NotRecorded.Load()
 		q.TooBigSent += s.TooBigSent.Load()
 		q.Drops.add(&s.Drops)
+		q.QUIC.add(&s.CID)
 	}
 	for i := range qs {
 		q := &qs[i]

@@ -84,7 +84,7 @@ func TestStatus(t *testing.T) {
 			"service": {"backends", "drops", "eligible", "fingerprint", "forwarded_bytes", "forwarded_packets", "id", "name", "new_connections", "side", "weighted", "why"},
 			"backend": {"draining", "eligible", "failover", "forwarded_bytes", "forwarded_packets", "group", "healthy", "ip", "name",
 				"new_connections", "ready", "removed", "reported_weight", "weight"},
-			"queue": {"conntrack_evictions", "conntrack_not_recorded", "drops", "pass_packets", "queue", "rx_packets", "too_big_icmp_sent", "tx_packets"},
+			"queue": {"conntrack_evictions", "conntrack_not_recorded", "drops", "pass_packets", "queue", "quic_cid", "rx_packets", "too_big_icmp_sent", "tx_packets"},
 			"drops": {"no-rule"},
 		}[obj]
 		if !slices.Equal(keys, want) {
