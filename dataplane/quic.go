@@ -1,6 +1,9 @@
 package dataplane
 
 import (
+	"encoding/hex"
+	"fmt"
+
 	"xlb/dataplane/packet"
 	"xlb/quiclb"
 )
@@ -61,7 +64,7 @@ var cidOutcomeNames = [...]string{
 	CIDClientChosen:       "client_chosen",
 	CIDUnroutable:         "unroutable",
 	CIDUnknownConfig:      "unknown_config",
-	CIDShort:              "short",
+	CIDShort:              "too_short",
 	CIDUnknownServerID:    "unknown_server_id",
 	CIDBackendUnavailable: "backend_unavailable",
 }
@@ -159,4 +162,63 @@ func (dc *Decider) routeByCID(d *Decision, now int64) bool {
 	d.Side = side
 	d.Verdict = VerdictForward
 	return true
+}
+
+// CIDReport is CIDRoute in words, for explain and sim (not the hot path).
+type CIDReport struct {
+	// Outcome is CIDOutcome's word: routed, or the fallback's reason.
+	Outcome string `json:"outcome"`
+	// Packet is what the QUIC header is: short header, handshake,
+	// client-chosen ID, not QUIC.
+	Packet string `json:"packet"`
+	// Config is the configuration the first octet named; ServerID the
+	// server ID decoded (hex); Backend the endpoint that has it.
+	Config   string `json:"config,omitempty"`
+	ServerID string `json:"server_id,omitempty"`
+	Backend  string `json:"backend,omitempty"`
+	Why      string `json:"why"`
+}
+
+// Report describes r; nil when the service has no QUIC-LB or the packet
+// was not looked at (CIDNone).
+func (r *CIDRoute) Report() *CIDReport {
+	if r.Outcome == CIDNone {
+		return nil
+	}
+	rep := &CIDReport{Outcome: r.Outcome.String(), Packet: r.Kind.String()}
+	if r.Config != nil {
+		rep.Config = r.Config.String()
+	}
+	if r.ServerID[0] != 0 {
+		rep.ServerID = hex.EncodeToString(r.ServerID.ServerID())
+	}
+	if r.Backend != nil {
+		rep.Backend = r.Backend.Name
+	}
+	const usual = "; the service's usual path (tracking, Maglev) decides"
+	switch r.Outcome {
+	case CIDRouted:
+		rep.Why = fmt.Sprintf("server ID %s is %s's: sent there whatever the client's address and port, untracked", rep.ServerID, rep.Backend)
+	case CIDNotQUIC:
+		rep.Why = "no QUIC packet (too short, or the fixed bit is clear)" + usual
+	case CIDClientChosen:
+		rep.Why = "an Initial or 0-RTT packet (its destination connection ID is the client's choice), a Retry or an unknown version" + usual +
+			"; the server it reaches then issues IDs with its own server ID"
+	case CIDUnroutable:
+		rep.Why = "config rotation 0b111: the ID of a server without configuration" + usual
+	case CIDUnknownConfig:
+		rep.Why = fmt.Sprintf("config rotation %d: the service has no such configuration", r.Rotation) + usual
+	case CIDShort:
+		rep.Why = fmt.Sprintf("the connection ID is shorter than the %d octets of %s", r.Config.CIDLen(), rep.Config) + usual
+	case CIDUnknownServerID:
+		rep.Why = fmt.Sprintf("server ID %s: no endpoint of the service has it", rep.ServerID) + usual
+	case CIDBackendUnavailable:
+		why := map[string]string{
+			"removed":   "removed, its drain over (M5)",
+			"unhealthy": "unhealthy, and the service does not persist UDP flows on unhealthy backends (M3, P1)",
+			"failover":  "on the side a failover left, with disable_connection_drain_on_failover (M4)",
+		}[r.Unavailable]
+		rep.Why = fmt.Sprintf("server ID %s is %s's, which may not take it: %s", rep.ServerID, rep.Backend, why) + usual
+	}
+	return rep
 }

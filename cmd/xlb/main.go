@@ -245,6 +245,8 @@ func cmdExplain(args []string, stdout io.Writer) error {
 	fs.StringVar(&a.InnerProto, "inner-proto", "", "quoted packet of an ICMP error: protocol")
 	fs.UintVar(&a.InnerSport, "inner-sport", 0, "quoted packet: source port")
 	fs.UintVar(&a.InnerDport, "inner-dport", 0, "quoted packet: destination port")
+	fs.StringVar(&a.QUICDCID, "quic-dcid", "", "UDP: the payload is a QUIC packet to this destination connection ID (hex)")
+	fs.StringVar(&a.QUICType, "quic-type", "short", "with --quic-dcid: short, initial, 0-rtt or handshake")
 	fs.StringVar(&a.Unhealthy, "unhealthy", "", "comma-separated backends to assume unhealthy")
 	fs.StringVar(&a.Weights, "weights", "", "comma-separated name=weight reports to assume")
 	previous := fs.String("previous", "", "the configuration before a reload to FILE: explain as just after it (removed rules drain)")
@@ -262,6 +264,7 @@ func cmdExplain(args []string, stdout io.Writer) error {
 		a.ICMPCodeSet = a.ICMPCodeSet || f.Name == "icmp-code"
 		a.InnerPortsSet = a.InnerPortsSet || f.Name == "inner-sport" || f.Name == "inner-dport"
 		a.SportSet, a.DportSet = a.SportSet || f.Name == "sport", a.DportSet || f.Name == "dport"
+		a.QUICTypeSet = a.QUICTypeSet || f.Name == "quic-type"
 	})
 	cfg, err := config.Load(*path)
 	if err != nil {

@@ -140,7 +140,7 @@ func TestMetrics(t *testing.T) {
 	// No service has QUIC-LB: every counter is there, at zero.
 	for _, q := range []string{"0", "3"} {
 		want[`xlb_quic_cid_routed_total{queue="`+q+`"}`] = 0
-		for _, reason := range []string{"not_quic", "client_chosen", "unroutable", "unknown_config", "short", "unknown_server_id", "backend_unavailable"} {
+		for _, reason := range []string{"not_quic", "client_chosen", "unroutable", "unknown_config", "too_short", "unknown_server_id", "backend_unavailable"} {
 			want[`xlb_quic_cid_fallback_total{queue="`+q+`",reason="`+reason+`"}`] = 0
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"xlb/dataplane/craft"
 	"xlb/quiclb"
 )
 
@@ -67,18 +68,11 @@ func QUICCID(tb testing.TB, c *quiclb.Config, sid string, n int) []byte {
 	return id
 }
 
-// QUICShort is a QUIC short-header packet to dcid, with some protected
-// payload after it.
-func QUICShort(dcid []byte) []byte {
-	p := append([]byte{0x40 | 0x01}, dcid...)
-	return append(p, make([]byte, 24)...)
-}
+// QUICShort is a QUIC short-header packet to dcid.
+func QUICShort(dcid []byte) []byte { return craft.QUICPayload(craft.QUICShort, dcid) }
 
 // QUICLong is a QUIC version 1 long-header packet of type typ (0 Initial,
 // 1 0-RTT, 2 Handshake) to dcid.
 func QUICLong(typ byte, dcid []byte) []byte {
-	p := []byte{0xc0 | typ<<4, 0, 0, 0, 1, byte(len(dcid))}
-	p = append(p, dcid...)
-	p = append(p, 8, 1, 2, 3, 4, 5, 6, 7, 8) // the source connection ID
-	return append(p, make([]byte, 40)...)
+	return craft.QUICPayload(craft.QUICInitial+craft.QUICType(typ), dcid)
 }

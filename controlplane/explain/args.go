@@ -29,10 +29,15 @@ type Args struct {
 	ICMPCodeSet bool
 	// InnerProto, InnerSport and InnerDport describe the packet an ICMP
 	// error quotes; InnerPortsSet: a port was given.
-	InnerProto         string
-	InnerSport         uint
-	InnerDport         uint
-	InnerPortsSet      bool
+	InnerProto    string
+	InnerSport    uint
+	InnerDport    uint
+	InnerPortsSet bool
+	// QUICDCID, when set, makes a UDP packet's payload a QUIC packet to
+	// that destination connection ID (hex), of type QUICType: short (the
+	// default), initial, 0-rtt or handshake. QUICTypeSet: it was given.
+	QUICDCID, QUICType string
+	QUICTypeSet        bool
 	Unhealthy, Weights string // comma-separated names; name=weight pairs
 }
 
@@ -89,6 +94,9 @@ func (a *Args) Request() (*Request, error) {
 			return nil, err
 		}
 	}
+	if err := a.quic(&req); err != nil {
+		return nil, err
+	}
 	// A description that does not make a frame (icmp over IPv6, mixed
 	// families...) is the caller's wording too.
 	if _, err := craft.Build(p); err != nil {
@@ -111,6 +119,34 @@ func (a *Args) Request() (*Request, error) {
 		}
 	}
 	return &req, nil
+}
+
+// quic makes a UDP packet's payload the QUIC packet --quic-dcid and
+// --quic-type describe.
+func (a *Args) quic(req *Request) error {
+	p := &req.Packet
+	if a.QUICDCID == "" {
+		if a.QUICTypeSet {
+			return argErr("--quic-type needs --quic-dcid")
+		}
+		return nil
+	}
+	if p.Proto != packet.ProtoUDP {
+		return argErr("--quic-dcid describes a QUIC packet: it needs --proto udp")
+	}
+	dcid, err := craft.ParseDCID(a.QUICDCID)
+	if err != nil {
+		return argErr("--%v", err)
+	}
+	t := craft.QUICShort
+	if a.QUICType != "" {
+		if t, err = craft.ParseQUICType(a.QUICType); err != nil {
+			return argErr("--%v", err)
+		}
+	}
+	p.Payload = craft.QUICPayload(t, dcid)
+	req.QUIC = fmt.Sprintf("QUIC %s packet to connection ID %x", t, dcid)
+	return nil
 }
 
 // icmp sets an ICMP packet's type and code, and the quote of an error.

@@ -33,6 +33,9 @@ type Request struct {
 	// lacks drains for its service's connection_draining_timeout_sec
 	// (M5).
 	Previous *config.Config
+	// QUIC describes the QUIC packet Packet's payload holds ("" when
+	// none), for the report's packet line.
+	QUIC string
 }
 
 // Member is one backend in the report.
@@ -84,6 +87,10 @@ type Report struct {
 	// backend the previous configuration selects for the packet.
 	Draining       string `json:"draining,omitempty"`
 	TrackedBackend string `json:"tracked_backend,omitempty"`
+
+	// QUIC is what routing by connection ID made of the packet, for a
+	// UDP packet of a service with QUIC-LB.
+	QUIC *dataplane.CIDReport `json:"quic,omitempty"`
 }
 
 // Explain decides req.Packet under cfg with a fresh tracking table (just
@@ -94,6 +101,9 @@ func Explain(cfg *config.Config, req *Request) (*Report, error) {
 		return nil, err
 	}
 	r := report(snap, &req.Packet, &d)
+	if req.QUIC != "" {
+		r.Packet += ", " + req.QUIC
+	}
 	if req.Previous == nil {
 		return r, nil
 	}
@@ -288,11 +298,15 @@ func report(snap *dataplane.Snapshot, p *craft.Packet, d *dataplane.Decision) *R
 		r.TrackingKey = keyText(d.TrackKey.Kind, fl)
 	}
 	r.Track = d.Track.String()
+	r.QUIC = d.CID.Report()
+	routed := d.CID.Outcome == dataplane.CIDRouted
 	records := " (R1 records it)"
 	if d.Draining {
 		records = ""
 	}
 	switch {
+	case routed:
+		r.Step1 = "QUIC-LB: the connection ID names the backend (see quic); no lookup, no entry"
 	case !d.Trackable:
 		r.Step1 = "CT3: not trackable under T1 (protocol/affinity); straight to selection, no entry"
 	case d.ICMPSteered:
@@ -337,7 +351,7 @@ func report(snap *dataplane.Snapshot, p *craft.Packet, d *dataplane.Decision) *R
 		r.Members = append(r.Members, Member{Name: b.Name, IP: b.IP.String(), Group: b.Group,
 			Failover: b.Failover, Healthy: b.Healthy, Weight: b.Weight, Eligible: elig[ref]})
 	}
-	if d.Track != dataplane.TrackHit && !d.Draining && len(svc.Table) > 0 {
+	if d.Track != dataplane.TrackHit && !d.Draining && !routed && len(svc.Table) > 0 {
 		slot := d.TableSlot
 		r.MaglevSlot = &slot
 		r.MaglevSize = len(svc.Table)
@@ -348,6 +362,9 @@ func report(snap *dataplane.Snapshot, p *craft.Packet, d *dataplane.Decision) *R
 	switch d.Verdict {
 	case dataplane.VerdictForward:
 		r.Why = fmt.Sprintf("forward to %s via %s", r.Backend, r.Method)
+		if routed {
+			r.Why += ", by the server ID in the QUIC connection ID"
+		}
 	case dataplane.VerdictDrop:
 		switch d.Reason {
 		case dataplane.ReasonNoEligibleBackend:
@@ -386,6 +403,12 @@ func (r *Report) WriteText(w io.Writer) {
 		} else {
 			line("tracking key", "none (not trackable, T1)")
 		}
+	}
+	if q := r.QUIC; q != nil {
+		line("quic", fmt.Sprintf("%s (%s)", q.Outcome, q.Packet))
+		line("  config", q.Config)
+		line("  server ID", q.ServerID)
+		line("  because", q.Why)
 	}
 	line("step 1", r.Step1)
 	if r.EligibleWhy != "" {

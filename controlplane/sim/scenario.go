@@ -83,6 +83,8 @@ type rawPacket struct {
 	ICMPCode *int64          `json:"icmp_code"`
 	Inner    *rawPacket      `json:"inner"`
 	VLAN     *int64          `json:"vlan"`
+	QUICDCID *string         `json:"quic_dcid"`
+	QUICType *string         `json:"quic_type"`
 }
 
 // Parse reads a whole scenario. Any error names the line.
@@ -273,6 +275,9 @@ func convertPacket(r *rawPacket, inner bool) (*PacketEvent, error) {
 		}
 		p.VLAN = uint16(*r.VLAN)
 	}
+	if err := convertQUIC(r, p); err != nil {
+		return nil, err
+	}
 	if r.Inner != nil {
 		if inner {
 			return nil, fmt.Errorf("inner: nested quotes are not supported")
@@ -290,4 +295,30 @@ func convertPacket(r *rawPacket, inner bool) (*PacketEvent, error) {
 		p.Inner = &in.Packet
 	}
 	return pe, nil
+}
+
+// convertQUIC makes a UDP packet's payload the QUIC packet quic_dcid and
+// quic_type describe.
+func convertQUIC(r *rawPacket, p *craft.Packet) error {
+	if r.QUICDCID == nil {
+		if r.QUICType != nil {
+			return fmt.Errorf("quic_type needs quic_dcid")
+		}
+		return nil
+	}
+	if p.Proto != packet.ProtoUDP || p.Frag != craft.FragNone {
+		return fmt.Errorf("quic_dcid describes a QUIC packet: it needs proto udp, not a fragment")
+	}
+	dcid, err := craft.ParseDCID(*r.QUICDCID)
+	if err != nil {
+		return err
+	}
+	t := craft.QUICShort
+	if r.QUICType != nil {
+		if t, err = craft.ParseQUICType(*r.QUICType); err != nil {
+			return err
+		}
+	}
+	p.Payload = craft.QUICPayload(t, dcid)
+	return nil
 }

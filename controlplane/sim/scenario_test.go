@@ -48,6 +48,10 @@ func TestScenarioParseErrorsNameTheLine(t *testing.T) {
 		{"bad frag", `{"t": 1.0, "packet": {"src": "198.51.100.7", "dst": "203.0.113.10", "proto": "udp", "frag": "second"}}`, `frag "second"`},
 		{"port out of range", `{"t": 1.0, "packet": {"src": "198.51.100.7", "dst": "203.0.113.10", "proto": "udp", "sport": 70000}}`, "sport 70000"},
 		{"mixed families", `{"t": 1.0, "packet": {"src": "2001:db8::7", "dst": "203.0.113.10", "proto": "udp"}}`, "different families"},
+		{"quic_dcid on tcp", `{"t": 1.0, "packet": {"src": "198.51.100.7", "dst": "203.0.113.10", "proto": "tcp", "sport": 1, "dport": 443, "quic_dcid": "0102"}}`, "needs proto udp"},
+		{"quic_dcid not hex", `{"t": 1.0, "packet": {"src": "198.51.100.7", "dst": "203.0.113.10", "proto": "udp", "sport": 1, "dport": 443, "quic_dcid": "0x12"}}`, "1 to 20 octets in hex"},
+		{"quic_type without quic_dcid", `{"t": 1.0, "packet": {"src": "198.51.100.7", "dst": "203.0.113.10", "proto": "udp", "sport": 1, "dport": 443, "quic_type": "initial"}}`, "quic_type needs quic_dcid"},
+		{"bad quic_type", `{"t": 1.0, "packet": {"src": "198.51.100.7", "dst": "203.0.113.10", "proto": "udp", "sport": 1, "dport": 443, "quic_dcid": "01", "quic_type": "retry"}}`, `quic type "retry"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Blank and comment lines before the bad one count as lines.

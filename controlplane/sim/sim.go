@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"xlb/config"
@@ -31,6 +33,9 @@ type Result struct {
 	Service string `json:"service,omitempty"`
 	Invalid string `json:"invalid,omitempty"`
 	Steered bool   `json:"icmp_steered,omitempty"`
+	// QUIC: what routing by connection ID made of a UDP packet of a
+	// service with QUIC-LB.
+	QUIC *dataplane.CIDReport `json:"quic,omitempty"`
 }
 
 // Machine is a running simulation: a control plane, an engine and one decider
@@ -145,6 +150,7 @@ func (m *Machine) packet(ev *Event, now int64) (*Result, error) {
 	if d.Service != nil {
 		r.Service = d.Service.Name
 	}
+	r.QUIC = d.CID.Report()
 	switch d.Verdict {
 	case dataplane.VerdictForward:
 		r.Backend = d.Backend.Name
@@ -209,8 +215,12 @@ func Summary(results []*Result, snap *dataplane.Snapshot) string {
 	newConns := map[string]int{}
 	packets := map[string]int{}
 	totalNew := 0
+	quic := map[string]int{}
 	for _, r := range results {
 		verdicts[r.Verdict]++
+		if r.QUIC != nil {
+			quic[r.QUIC.Outcome]++
+		}
 		if r.Verdict != "forward" {
 			continue
 		}
@@ -240,6 +250,19 @@ func Summary(results []*Result, snap *dataplane.Snapshot) string {
 		}
 		fmt.Fprintf(&b, "%-10s %-18s %-9s %-8s %8d %8d %7d (%4.1f%% of new connections)\n",
 			bk.Name, bk.IP, role, health, bk.ReportedWeight, packets[bk.Name], newConns[bk.Name], share)
+	}
+	if len(quic) > 0 {
+		fmt.Fprintf(&b, "QUIC-LB: %d routed by connection ID", quic["routed"])
+		delete(quic, "routed")
+		reasons := slices.Sorted(maps.Keys(quic))
+		for i, k := range reasons {
+			sep := ", "
+			if i == 0 {
+				sep = "; the usual path for "
+			}
+			fmt.Fprintf(&b, "%s%d %s", sep, quic[k], k)
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }
