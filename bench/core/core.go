@@ -61,6 +61,10 @@ type Options struct {
 	// goroutine draining them as the sync goroutine would), right after
 	// the same case with it off.
 	FlowSync bool
+	// QUIC measures the QUIC-LB cases: plain UDP, and short-header
+	// packets routed by a plaintext, a one-pass and a four-pass AES
+	// connection ID (one worker, 4096 client tuples).
+	QUIC bool
 }
 
 // Progress is report.Progress as Run uses it.
@@ -75,11 +79,11 @@ func Defaults(quick bool) Options {
 	if quick {
 		return Options{Workers: runtime.NumCPU(), Flows: []int{1_000, 10_000, 100_000},
 			Duration: 40 * time.Millisecond, LookupEntries: 100_000, Replay: 1 << 14, SizeReplay: 1 << 13, Quick: true,
-			CompareFlows: []int{1_000, 10_000}, CompareRounds: 3}
+			CompareFlows: []int{1_000, 10_000}, CompareRounds: 3, QUIC: true}
 	}
 	return Options{Workers: runtime.NumCPU(), Flows: []int{1_000, 10_000, 100_000, 1_000_000, 4_000_000},
 		Duration: 400 * time.Millisecond, LookupEntries: 1_000_000, Replay: fullReplay, SizeReplay: fullSizeReplay, Profile: true,
-		CompareFlows: []int{1_000, 10_000, 100_000, 1_000_000}, CompareRounds: 5}
+		CompareFlows: []int{1_000, 10_000, 100_000, 1_000_000}, CompareRounds: 5, QUIC: true}
 }
 
 // Replay sizes of a full run: a sweep case replays up to fullReplay
@@ -134,6 +138,8 @@ type Case struct {
 	FlowSync    bool   `json:"flow_sync,omitempty"`
 	SyncRecords uint64 `json:"sync_records,omitempty"`
 	SyncDrops   uint64 `json:"sync_drops,omitempty"`
+	// CIDRouted: the packets routed by QUIC connection ID (QUIC cases).
+	CIDRouted uint64 `json:"cid_routed,omitempty"`
 }
 
 // Result is everything Run measured.
@@ -148,6 +154,8 @@ type Result struct {
 	Prefills   []Prefill `json:"prefills"`
 	Cases      []Case    `json:"cases"`
 	Lookups    []Lookup  `json:"conntrack_lookups,omitempty"`
+	// QUIC are the QUIC-LB cases (Options.QUIC), plain UDP first.
+	QUIC []Case `json:"quic,omitempty"`
 	Compares   []Compare `json:"gomap_compare,omitempty"`
 	// InCacheBaseline, when set (lbbench core --baseline), is the saved
 	// run the in-cache target compares with.
@@ -177,6 +185,7 @@ const (
 	stepLookup
 	stepCompare
 	stepSync // c again, flow sync on
+	stepQUIC
 )
 
 // workerCounts is the scaling sweep: every count up to 4, then powers of
@@ -254,6 +263,9 @@ func plan(o *Options) []step {
 				}
 			}
 		}
+	}
+	if o.QUIC {
+		steps = append(steps, step{kind: stepQUIC})
 	}
 	if o.LookupEntries > 0 {
 		steps = append(steps, step{kind: stepLookup})
@@ -333,6 +345,13 @@ func Run(o Options) (*Result, error) {
 				return nil, fmt.Errorf("comparison with the Go map, %s flows: %w", count(st.flows), err)
 			}
 			res.Compares = append(res.Compares, c)
+		case stepQUIC:
+			runtime.GC()
+			q, err := measureQUIC(&o)
+			if err != nil {
+				return nil, err
+			}
+			res.QUIC = q
 		case stepLookup:
 			l, err := measureLookups(o.LookupEntries, o.Duration)
 			if err != nil {

@@ -373,3 +373,29 @@ func TestRunFlowSync(t *testing.T) {
 		t.Errorf("flow-sync table found %v, %d flow-sync targets; want a table of 3 rows and 3 targets", found, targets)
 	}
 }
+
+// TestRunQUIC: the QUIC-LB step measures plain UDP and the three
+// encodings, each on real frames: every packet of a QUIC case routed by
+// its connection ID (measureQUIC fails otherwise), none of plain UDP's,
+// no allocation; the report's table has a row each.
+func TestRunQUIC(t *testing.T) {
+	o := Options{Workers: 1, Duration: 20 * time.Millisecond, Replay: minReplay, SizeReplay: 1, QUIC: true}
+	res, err := Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for i, c := range res.QUIC {
+		names = append(names, c.Mix)
+		if c.Allocs != 0 || c.Packets == 0 || (i == 0) != (c.CIDRouted == 0) || c.CIDRouted > c.Packets+uint64(c.Replay)+4*batch {
+			t.Errorf("%s: %d allocations, %d packets, %d routed", c.Mix, c.Allocs, c.Packets, c.CIDRouted)
+		}
+	}
+	if got := strings.Join(names, " "); got != "quic-plain-udp quic-plaintext-cid quic-aes-1-pass-cid quic-aes-4-pass-cid" {
+		t.Fatalf("cases %s", got)
+	}
+	tb := res.quicTable()
+	if len(tb.Rows) != 4 || tb.Rows[0][4] != "0.0" {
+		t.Fatalf("table %+v", tb.Rows)
+	}
+}

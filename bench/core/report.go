@@ -196,6 +196,9 @@ func (res *Result) Report() report.Report {
 	}
 
 	r.Tables = append(r.Tables, sweep, scale, sizes)
+	if len(res.QUIC) > 0 {
+		r.Tables = append(r.Tables, res.quicTable())
+	}
 	if mixes, off, on := res.flowSyncPairs(); len(mixes) > 0 {
 		t := report.Table{
 			Title: fmt.Sprintf("Flow sync off and on (%s live flows, 1 worker, 64-byte frames; on: a ring per decider, "+
@@ -250,7 +253,7 @@ func (res *Result) targets() []report.Target {
 	}
 	var n, pkts uint64
 	cases := 0
-	for _, c := range res.Cases {
+	for _, c := range append(res.Cases[:len(res.Cases):len(res.Cases)], res.QUIC...) {
 		if c.Engine {
 			n, pkts, cases = n+c.Allocs, pkts+c.Packets, cases+1
 		}
@@ -392,4 +395,23 @@ func (res *Result) notes() []string {
 		notes = append(notes, s)
 	}
 	return notes
+}
+
+// quicTable is the QUIC-LB cases against plain UDP of the same run.
+func (res *Result) quicTable() report.Table {
+	t := report.Table{
+		Title: fmt.Sprintf("QUIC-LB: short-header packets routed by the server ID in their connection ID, against plain UDP "+
+			"(1 worker, %s client tuples, 64-byte UDP payloads, same run)", count(quicTuples)),
+		Columns: []string{"case", "Mpps", "ns/pkt", "CPU ns/pkt", "CPU ns more than plain UDP", "routed by CID", "allocs/pkt"},
+	}
+	var plain float64
+	for i, c := range res.QUIC {
+		v := cpuOrWall(c)
+		if i == 0 {
+			plain = v
+		}
+		t.Rows = append(t.Rows, []string{strings.TrimPrefix(c.Mix, "quic-"), ff(c.Mpps, 2), ff(c.NsPerPkt, 1), ff(c.CPUNsPerPkt, 1),
+			ff(v-plain, 1), strconv.FormatUint(c.CIDRouted, 10), allocs(c)})
+	}
+	return t
 }
