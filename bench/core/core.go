@@ -155,8 +155,8 @@ type Result struct {
 	Cases      []Case    `json:"cases"`
 	Lookups    []Lookup  `json:"conntrack_lookups,omitempty"`
 	// QUIC are the QUIC-LB cases (Options.QUIC), plain UDP first.
-	QUIC []Case `json:"quic,omitempty"`
-	Compares   []Compare `json:"gomap_compare,omitempty"`
+	QUIC     []Case    `json:"quic,omitempty"`
+	Compares []Compare `json:"gomap_compare,omitempty"`
 	// InCacheBaseline, when set (lbbench core --baseline), is the saved
 	// run the in-cache target compares with.
 	InCacheBaseline *InCacheRef `json:"in_cache_baseline,omitempty"`
