@@ -75,6 +75,9 @@ ip_address = "10.202.1.1"
 ip_protocol = "UDP"
 ports = ["53"]
 backend_service = "dns"
+
+[admin]
+socket = "`+filepath.Join(dir, "admin.sock")+`"   # not the host's /run/xlb/admin.sock: another xlb may answer there
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -108,18 +111,40 @@ backend_service = "dns"
 		}
 	}()
 
-	// next is the next notification (30 s at most: only a hang waits).
+	// The notifications as they come; an exit of xlb ends the wait at
+	// once (30 s bounds only a hang).
+	msgs := make(chan string, 16)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := sock.Read(buf)
+			if err != nil {
+				return // closed at the end of the test
+			}
+			msgs <- string(buf[:n])
+		}
+	}()
 	var seen []string
 	next := func() string {
 		t.Helper()
-		buf := make([]byte, 4096)
-		_ = sock.SetReadDeadline(time.Now().Add(30 * time.Second))
-		n, err := sock.Read(buf)
-		if err != nil {
-			t.Fatalf("no notification after %q: %v", seen, err)
+		select {
+		case m := <-msgs:
+			seen = append(seen, m)
+			return m
+		case <-exited:
+			// What it sent before it exited is in the socket's buffer:
+			// the reader hands it over at once.
+			select {
+			case m := <-msgs:
+				seen = append(seen, m)
+				return m
+			case <-time.After(5 * time.Second):
+			}
+			t.Fatalf("xlb exited (%v) after %q", waitErr, seen)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no notification in 30 s after %q", seen)
 		}
-		seen = append(seen, string(buf[:n]))
-		return string(buf[:n])
+		return ""
 	}
 	// until reads notifications up to the first that starts with prefix.
 	until := func(prefix string) string {

@@ -14,12 +14,13 @@ import (
 )
 
 // runConfig is the CLI tests' file with a [dataplane] on interface
-// ifname, keeping no table (not in the host's /run/xlb), written into
-// dir.
+// ifname, keeping no table and with an admin socket in dir (not the
+// host's /run/xlb, where another xlb may answer), written into dir.
 func runConfig(tb testing.TB, dir, ifname string) string {
 	tb.Helper()
 	path := filepath.Join(dir, "xlb.toml")
-	text := readFile(tb, cli("xlb.toml")) + "\n[dataplane]\ninterface = \"" + ifname + "\"\nstate_dir = \"\"\n"
+	text := readFile(tb, cli("xlb.toml")) + "\n[dataplane]\ninterface = \"" + ifname + "\"\nstate_dir = \"\"\n" +
+		"\n[admin]\nsocket = \"" + filepath.Join(dir, "admin.sock") + "\"\n"
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		tb.Fatal(err)
 	}

@@ -38,7 +38,10 @@ func (s *Socket) Poll(timeout time.Duration) (bool, error) {
 	}
 	s.c.polls.Add(1)
 	s.pollfd[0].Revents = 0
-	_, err := unix.Poll(s.pollfd[:], ms)
+	n, err := unix.Poll(s.pollfd[:], ms)
+	if n > 0 {
+		s.c.pollWakeups.Add(1)
+	}
 	if err != nil {
 		if errors.Is(err, unix.EINTR) {
 			return s.rx.pending(), nil

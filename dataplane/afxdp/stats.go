@@ -41,6 +41,7 @@ type Counters struct {
 	KickErrors    uint64     // ... failed with another errno
 	LastKickErrno unix.Errno // the last such errno
 	Polls         uint64     // poll(2) calls
+	PollWakeups   uint64     // ... that returned with the socket readable (the rest timed out)
 }
 
 // Stats is a snapshot of the kernel's and the socket's counters.
@@ -52,7 +53,7 @@ type Stats struct {
 type counters struct {
 	rxFrames, txFrames, completed, recycled                 atomic.Uint64
 	rxInvalid, txInvalid, recycleInvalid, completionInvalid atomic.Uint64
-	kicks, kickTransient, kickErrors, polls                 atomic.Uint64
+	kicks, kickTransient, kickErrors, polls, pollWakeups    atomic.Uint64
 	lastKickErrno                                           atomic.Uint32
 }
 
@@ -74,6 +75,7 @@ func (s *Socket) Counters() Counters {
 		KickErrors:        c.kickErrors.Load(),
 		LastKickErrno:     unix.Errno(c.lastKickErrno.Load()),
 		Polls:             c.polls.Load(),
+		PollWakeups:       c.pollWakeups.Load(),
 	}
 }
 
