@@ -52,7 +52,8 @@ func operations(src Source) []operation {
 		{"/undrain", operate(src, true)},
 		{"/drain-node", operateNode(src, true)},
 		{"/undrain-node", operateNode(src, false)},
-		{"/reload", serveReload(src)},
+		{"/reload", serveReload(src, false)},
+		{"/reload-dry-run", serveReload(src, true)},
 		{"/capture", serveCapture(src)},
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -103,6 +105,45 @@ type ReloadOptions struct {
 	// while the running one has some (every VIP would stop at once); a
 	// reload refuses it otherwise (ErrEmpty).
 	AllowEmpty bool
+	// Path is the file the operator means (`xlb reload -c FILE`), ""
+	// for the running one. Any other file is refused (*OtherFileError)
+	// before anything is read: a reload reloads the file xlb runs.
+	Path string
+	// DryRun loads and checks the file as a reload would, and computes
+	// what it would change against the running configuration, applying
+	// nothing: neither counted nor in last_reload.
+	DryRun bool
+}
+
+// OtherFileError is a reload asked for a file other than the one xlb
+// runs (os.SameFile of the two, stat'ed by xlb): only that one reloads.
+type OtherFileError struct {
+	Running, Asked string
+}
+
+func (e *OtherFileError) Error() string {
+	return fmt.Sprintf("xlb runs %s; reload -c reloads only that file (asked: %s): write the changes into %s, or start xlb run with -c %s",
+		e.Running, e.Asked, e.Running, e.Asked)
+}
+
+// sameFile is nil when asked is the running file (the same file, by
+// whatever path or link), else why not.
+func sameFile(running, asked string) error {
+	if abs, err := filepath.Abs(running); err == nil {
+		running = abs
+	}
+	ai, err := os.Stat(asked)
+	if err != nil {
+		return fmt.Errorf("xlb runs %s; reload -c %s: %w", running, asked, err)
+	}
+	ri, err := os.Stat(running)
+	if err != nil {
+		return fmt.Errorf("the running file %s: %w", running, err)
+	}
+	if !os.SameFile(ri, ai) {
+		return &OtherFileError{Running: running, Asked: asked}
+	}
+	return nil
 }
 
 // ErrEmpty marks a reload refused because the new configuration has no
@@ -116,17 +157,26 @@ func (r *reloader) reloadFile(opts ReloadOptions) error {
 	return err
 }
 
-// reloadFileChanges is reloadFile, returning what the reload changed.
+// reloadFileChanges is reloadFile, returning what the reload changed (or,
+// with opts.DryRun, would change).
 func (r *reloader) reloadFileChanges(opts ReloadOptions) (config.Changes, error) {
 	r.mu.Lock()
 	path := r.cur.Path
 	r.mu.Unlock()
+	if opts.Path != "" {
+		if err := sameFile(path, opts.Path); err != nil {
+			return nil, err
+		}
+	}
 	load := func() (*config.Config, error) {
 		cfg, err := config.LoadSettled(path, r.settle)
 		if err != nil {
 			return nil, err
 		}
 		return cfg, r.checkEmpty(cfg, opts)
+	}
+	if opts.DryRun {
+		return r.dryRun(load)
 	}
 	return r.reloadChanges(path, load)
 }
@@ -138,6 +188,9 @@ func (r *reloader) checkEmpty(cfg *config.Config, opts ReloadOptions) error {
 		return nil
 	}
 	if opts.AllowEmpty {
+		if opts.DryRun {
+			return nil
+		}
 		r.log.Warn("reload removes every forwarding rule, as asked (--allow-empty)",
 			zap.String("file", cfg.Path), zap.Int("rules_before", len(r.cur.Rules)))
 		return nil
@@ -172,6 +225,18 @@ func (r *reloader) reloadChanges(file string, load func() (*config.Config, error
 		r.last = &admin.LastReload{At: time.Now().UTC().Format(time.RFC3339Nano), Errors: errs}
 	}
 	return changes, err
+}
+
+// dryRun loads and checks the configuration as reload does and returns
+// what applying it would change; it applies nothing, and counts nothing.
+func (r *reloader) dryRun(load func() (*config.Config, error)) (config.Changes, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cfg, err := r.prepare(load)
+	if err != nil {
+		return nil, err
+	}
+	return config.Diff(r.cur, cfg), nil
 }
 
 // prepare loads the configuration and checks it can be applied over the

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -51,6 +52,97 @@ func TestX2_ReloadReportsChanges(t *testing.T) {
 	}
 	if changes, err := f.rl.reloadFileChanges(ReloadOptions{}); err != nil || len(changes) != 0 {
 		t.Errorf("the same file again: %v, %q; want no changes", err, changes.Lines())
+	}
+}
+
+// TestX2_ReloadDryRun: a dry run answers the changes the reload would
+// apply and applies nothing: no VIP map, resolver, checker or control
+// plane call, the running configuration and the counters as they were; a
+// dry run that a reload would refuse (a restart needed, no rules) says
+// why and counts no failure; the reload then applies what the dry run
+// said.
+func TestX2_ReloadDryRun(t *testing.T) {
+	f := newReloadRig(t)
+	core, logs := observer.New(zapcore.DebugLevel)
+	f.rl.log = zap.New(core)
+	cur, gen := f.rl.cur, f.rig.CP.Snapshot().Gen
+	f.write(t, webOnly+reloadDataplane)
+	changes, err := f.rl.reloadFileChanges(ReloadOptions{DryRun: true, Path: f.file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := changes.Lines(); !slices.Equal(got, webOnlyChanges) {
+		t.Errorf("dry run:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(webOnlyChanges, "\n"))
+	}
+	for what, text := range map[string]string{
+		"restart":  webOnly + reloadDataplane + "ring_size = 4096\n",
+		"no rules": reloadDataplane,
+	} {
+		f.write(t, text)
+		if _, err := f.rl.reloadFileChanges(ReloadOptions{DryRun: true}); err == nil {
+			t.Errorf("dry run of a file the reload refuses (%s): no error", what)
+		}
+	}
+	f.write(t, reloadDataplane)
+	if _, err := f.rl.reloadFileChanges(ReloadOptions{DryRun: true, AllowEmpty: true}); err != nil {
+		t.Errorf("dry run with --allow-empty: %v", err)
+	}
+	if len(f.calls) != 0 || f.rl.cur != cur || f.rig.CP.Snapshot().Gen != gen {
+		t.Errorf("a dry run applied something: calls %v, running file replaced %v, generation %d -> %d",
+			f.calls, f.rl.cur != cur, gen, f.rig.CP.Snapshot().Gen)
+	}
+	if rep := f.rl.report(); rep.Success != 0 || rep.Failure != 0 || rep.Last != nil {
+		t.Errorf("dry runs were counted: %+v", rep)
+	}
+	if logs.FilterLevelExact(zapcore.WarnLevel).Len() != 0 {
+		t.Errorf("a dry run warned: %v", logs.All())
+	}
+	f.write(t, webOnly+reloadDataplane)
+	applied, err := f.rl.reloadFileChanges(ReloadOptions{})
+	if err != nil || !slices.Equal(applied.Lines(), webOnlyChanges) {
+		t.Errorf("the reload after the dry run: %v, %q", err, applied.Lines())
+	}
+}
+
+// TestX2_ReloadRefusesOtherFile: a reload asked for a file that is not the
+// running one (xlb reload -c B while xlb runs A) is refused before
+// anything is read, naming both files, and counts nothing; the running
+// file by another path (a link) reloads; a file that does not exist is
+// refused naming it.
+func TestX2_ReloadRefusesOtherFile(t *testing.T) {
+	f := newReloadRig(t)
+	other := filepath.Join(t.TempDir(), "b.toml")
+	if err := os.WriteFile(other, []byte(webOnly+reloadDataplane), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.write(t, webOnly+reloadDataplane)
+	_, err := f.rl.reloadFileChanges(ReloadOptions{Path: other})
+	var oe *OtherFileError
+	if !errors.As(err, &oe) || !strings.Contains(err.Error(), "xlb runs "+f.file) || !strings.Contains(err.Error(), "(asked: "+other+")") {
+		t.Fatalf("reload of another file: %v, want an OtherFileError naming %s and %s", err, f.file, other)
+	}
+	if _, err := f.rl.reloadFileChanges(ReloadOptions{Path: other, DryRun: true}); !errors.As(err, &oe) {
+		t.Errorf("dry run of another file: %v, want OtherFileError", err)
+	}
+	missing := filepath.Join(t.TempDir(), "none.toml")
+	if _, err := f.rl.reloadFileChanges(ReloadOptions{Path: missing}); err == nil || !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("reload of a missing file: %v, want not found naming it", err)
+	}
+	if len(f.calls) != 0 {
+		t.Errorf("a refused reload applied something: %v", f.calls)
+	}
+	if rep := f.rl.report(); rep.Success != 0 || rep.Failure != 0 {
+		t.Errorf("refusals were counted: %+v", rep)
+	}
+	link := filepath.Join(t.TempDir(), "current.toml")
+	if err := os.Symlink(f.file, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.rl.reloadFileChanges(ReloadOptions{Path: link}); err != nil {
+		t.Errorf("reload of the running file through a link: %v", err)
+	}
+	if rep := f.rl.report(); rep.Success != 1 {
+		t.Errorf("report %+v, want the reload through the link applied", rep)
 	}
 }
 
