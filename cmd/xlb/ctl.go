@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -228,11 +229,35 @@ func cmdReload(args []string, stdout io.Writer) error {
 	if *pid <= 0 {
 		return fmt.Errorf("xlb reload: --pid %d: want a process id (%w)", *pid, errUsage)
 	}
+	if err := checkRunningFile(*pid, *path); err != nil {
+		return err
+	}
 	if err := appliance.SignalReload(*pid); err != nil {
 		return fmt.Errorf("xlb reload: %w", err)
 	}
 	fmt.Fprintf(stdout, "sent SIGHUP to xlb run (pid %d): it reloads the file it was started with; the outcome is in its log and in /status last_reload\n", *pid)
 	return nil
+}
+
+// checkRunningFile refuses a reload by SIGHUP of pid when its -c FILE, as
+// /proc shows it, is not the file at path: SIGHUP reloads the file xlb
+// runs, not path. Where /proc does not say, nothing is checked.
+func checkRunningFile(pid int, path string) error {
+	running, here, ok := appliance.RunningFile(pid)
+	if !ok {
+		return nil
+	}
+	ri, err := os.Stat(here)
+	if err != nil {
+		return nil // not reachable from here: the daemon's own reload says
+	}
+	ai, err := os.Stat(path)
+	if err == nil && os.SameFile(ri, ai) {
+		return nil
+	}
+	asked, _ := filepath.Abs(path)
+	return fmt.Errorf("xlb reload: xlb run (pid %d) runs %s; reload -c reloads only that file (asked: %s): write the changes into %s, or start xlb run with -c %s\nxlb reload: nothing sent",
+		pid, running, asked, running, asked)
 }
 
 // reloadThroughSocket asks the running xlb to reload (or, dry, to say

@@ -315,8 +315,9 @@ func TestAdminAddr(t *testing.T) {
 }
 
 // TestReloadCommand: the file is validated before anything is sent; the
-// pid comes from --pid or --pidfile and must be an `xlb run`; the process
-// gets SIGHUP.
+// pid comes from --pid or --pidfile and must be an `xlb run`, started
+// with -c FILE the same file (by /proc, its working directory for a
+// relative one), else nothing is sent; the process gets SIGHUP.
 func TestReloadCommand(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.toml")
@@ -327,10 +328,19 @@ func TestReloadCommand(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(strings.Replace(ctlConfig, `ports = ["80"]`, `ports = ["80-"]`, 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// A stand-in for xlb run: its command line has "run", and it records
+	// A stand-in for xlb run: its command line has "run -c" and good.toml
+	// relative to its working directory (this test's), and it records
 	// each SIGHUP (see hupStandIn).
 	got := filepath.Join(dir, "hups")
-	proc := exec.Command(os.Args[0], "run")
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(wd, good)
+	if err != nil || filepath.IsAbs(rel) {
+		t.Fatalf("good.toml relative to %s: %q, %v", wd, rel, err)
+	}
+	proc := exec.Command(os.Args[0], "run", "-c", rel)
 	proc.Env = append(os.Environ(), hupStandInEnv+"="+got)
 	if err := proc.Start(); err != nil {
 		t.Fatal(err)
@@ -369,6 +379,17 @@ func TestReloadCommand(t *testing.T) {
 	o = xlb("reload", "-c", good, "--pidfile", filepath.Join(dir, "none.pid"))
 	o.wantCode(t, 1)
 
+	// Another valid file than the one xlb run runs: refused, naming both,
+	// no signal sent (the stand-in's record stays "ready").
+	other := filepath.Join(t.TempDir(), "other.toml")
+	if err := os.WriteFile(other, []byte(ctlConfig+"\n[dataplane]\ninterface = \"eth0\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o = xlb("reload", "-c", other, "--pidfile", pidfile)
+	o.wantCode(t, 1)
+	if !strings.Contains(o.stderr, "runs "+good) || !strings.Contains(o.stderr, "(asked: "+other+")") || !strings.Contains(o.stderr, "nothing sent") {
+		t.Errorf("reload -c other.toml by SIGHUP: stderr %q, want a refusal naming both files", o.stderr)
+	}
 	o = xlb("reload", "-c", good, "--pidfile", pidfile)
 	o.wantCode(t, 0)
 	if !strings.Contains(o.stdout, "sent SIGHUP") {

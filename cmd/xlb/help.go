@@ -44,8 +44,8 @@ root), which refuses when FILE is not the file xlb runs, and prints what
 the reload changed (rules, health checks, services, backends), then
 "reloaded" (exit 1 with every reason when refused); --dry-run prints what
 it would change, then "dry run: nothing applied". By SIGHUP with
---pid/--pidfile, xlb reloads the file it was started with and the outcome
-is in its log. A file without any forwarding rule, while some run, is
+--pid/--pidfile (refused when /proc shows xlb run -c another file), xlb
+reloads the file it was started with and the outcome is in its log. A file without any forwarding rule, while some run, is
 refused unless --allow-empty (socket only).`,
 	"capture": `xlb capture [--socket PATH | --config FILE] [--vip A] [--backend B]
                    [--verdict V,...] [-c N] [--snap N] [--seconds S] -w FILE
