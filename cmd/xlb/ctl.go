@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"xlb/config"
@@ -173,20 +175,24 @@ func fleetStatus(addrs []string, stdout io.Writer) error {
 	return err
 }
 
-// cmdReload is `xlb reload -c FILE [--socket PATH] [--allow-empty]`, or
-// with `--pid PID | --pidfile FILE` by SIGHUP: the file is validated here
-// first, so an invalid one is reported to the operator and nothing is
-// sent. Through the admin socket (the file's [admin] socket, or --socket)
-// the running xlb reloads the file it was started with at once and the
-// answer is the outcome; --allow-empty lets a file without any forwarding
-// rule apply (refused otherwise: every VIP would stop). By SIGHUP the
-// process is named by a pid file that `xlb run --pidfile` writes (or a
-// pid), must be an `xlb run`, and the outcome is in its log and /status.
+// cmdReload is `xlb reload -c FILE [--socket PATH] [--allow-empty]
+// [--dry-run]`, or with `--pid PID | --pidfile FILE` by SIGHUP: the file
+// is validated here first, so an invalid one is reported to the operator
+// and nothing is sent. Through the admin socket (the file's [admin]
+// socket, or --socket) the running xlb reloads the file it was started
+// with at once, refusing when FILE is another file, and answers what it
+// changed, one line each, then "reloaded"; --dry-run has it answer what
+// a reload would change and apply nothing; --allow-empty lets a file
+// without any forwarding rule apply (refused otherwise: every VIP would
+// stop). By SIGHUP the process is named by a pid file that `xlb run
+// --pidfile` writes (or a pid), must be an `xlb run`, and the outcome is
+// in its log and /status.
 func cmdReload(args []string, stdout io.Writer) error {
 	fs := newFlags("reload")
-	path := fs.String("c", "", "configuration file to validate (the one xlb run was started with)")
-	sock := fs.String("socket", "", "admin socket path (default: [admin] socket of -c FILE)")
+	path := fs.String("c", "", "configuration file: the one xlb run was started with (validated here; the running xlb refuses another)")
+	sock := fs.String("socket", "", "admin socket path (default: [admin] socket of -c FILE, whose default is "+admin.DefaultSocket+")")
 	allowEmpty := fs.Bool("allow-empty", false, "apply a file without any forwarding rule (every VIP stops)")
+	dryRun := fs.Bool("dry-run", false, "print what a reload would change and apply nothing")
 	pid := fs.Int("pid", 0, "process id of xlb run: reload by SIGHUP instead of the socket")
 	pidfile := fs.String("pidfile", "", "file that xlb run --pidfile wrote: reload by SIGHUP instead of the socket")
 	if err := parseFlags(fs, args); err != nil {
@@ -202,8 +208,8 @@ func cmdReload(args []string, stdout io.Writer) error {
 	switch {
 	case *pid != 0 && *pidfile != "":
 		return fmt.Errorf("xlb reload: give one of --pid PID or --pidfile FILE (%w)", errUsage)
-	case bySignal && (*sock != "" || *allowEmpty):
-		return fmt.Errorf("xlb reload: --socket and --allow-empty go through the admin socket, not SIGHUP (--pid, --pidfile) (%w)", errUsage)
+	case bySignal && (*sock != "" || *allowEmpty || *dryRun):
+		return fmt.Errorf("xlb reload: --socket, --allow-empty and --dry-run go through the admin socket, not SIGHUP (--pid, --pidfile) (%w)", errUsage)
 	}
 	cfg, err := config.Load(*path)
 	if err == nil {
@@ -213,16 +219,7 @@ func cmdReload(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w\nxlb reload: nothing sent", err)
 	}
 	if !bySignal {
-		q := ""
-		if *allowEmpty {
-			q = "?allow_empty=1"
-		}
-		body, err := socketClient(*sock, cfg).Call(http.MethodPost, "/reload"+q)
-		if err != nil {
-			return fmt.Errorf("xlb reload: %w", err)
-		}
-		_, err = stdout.Write(body)
-		return err
+		return reloadThroughSocket(socketClient(*sock, cfg), *path, *allowEmpty, *dryRun, stdout)
 	}
 	if *pidfile != "" {
 		if *pid, err = appliance.ReadPidFile(*pidfile); err != nil {
@@ -232,9 +229,69 @@ func cmdReload(args []string, stdout io.Writer) error {
 	if *pid <= 0 {
 		return fmt.Errorf("xlb reload: --pid %d: want a process id (%w)", *pid, errUsage)
 	}
+	if err := checkRunningFile(*pid, *path); err != nil {
+		return err
+	}
 	if err := appliance.SignalReload(*pid); err != nil {
 		return fmt.Errorf("xlb reload: %w", err)
 	}
-	fmt.Fprintf(stdout, "sent SIGHUP to xlb run (pid %d); the outcome is in its log and in /status last_reload\n", *pid)
+	fmt.Fprintf(stdout, "sent SIGHUP to xlb run (pid %d): it reloads the file it was started with; the outcome is in its log and in /status last_reload\n", *pid)
+	return nil
+}
+
+// checkRunningFile refuses a reload by SIGHUP of pid when its -c FILE, as
+// /proc shows it, is not the file at path: SIGHUP reloads the file xlb
+// runs, not path. Where /proc does not say, nothing is checked.
+func checkRunningFile(pid int, path string) error {
+	running, here, ok := appliance.RunningFile(pid)
+	if !ok {
+		return nil
+	}
+	ri, err := os.Stat(here)
+	if err != nil {
+		return nil // not reachable from here: the daemon's own reload says
+	}
+	ai, err := os.Stat(path)
+	if err == nil && os.SameFile(ri, ai) {
+		return nil
+	}
+	asked, _ := filepath.Abs(path)
+	return fmt.Errorf("xlb reload: xlb run (pid %d) runs %s; reload -c reloads only that file (asked: %s): write the changes into %s, or start xlb run with -c %s\nxlb reload: nothing sent",
+		pid, running, asked, running, asked)
+}
+
+// reloadThroughSocket asks the running xlb to reload (or, dry, to say
+// what a reload would change) the file at path, which it refuses unless
+// that is the file it runs; it prints the answer: the changes, then
+// "reloaded" or "dry run: nothing applied".
+func reloadThroughSocket(sc admin.SocketClient, path string, allowEmpty, dry bool, stdout io.Writer) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return fmt.Errorf("xlb reload: -c %s: %w", path, err)
+	}
+	q := url.Values{"path": {abs}}
+	if allowEmpty {
+		q.Set("allow_empty", "1")
+	}
+	endpoint, name := "/reload", "xlb reload"
+	if dry {
+		endpoint, name = "/reload-dry-run", "xlb reload --dry-run"
+	}
+	body, err := sc.Call(http.MethodPost, endpoint+"?"+q.Encode())
+	var se *admin.StatusError
+	if dry && errors.As(err, &se) && se.Code == http.StatusNotFound {
+		return fmt.Errorf("%s: the running xlb has no dry run (it is older than this xlb reload): nothing applied", name)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if _, err := stdout.Write(body); err != nil {
+		return err
+	}
+	if string(body) == admin.ReloadedLine+"\n" {
+		// An xlb older than this client: it reloaded the file it runs,
+		// whatever -c named, and lists no changes.
+		fmt.Fprintln(stdout, "(the running xlb is older than this xlb reload: it reloaded the file it was started with and lists no changes)")
+	}
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -18,11 +19,13 @@ import (
 
 	"go.uber.org/zap"
 
+	"xlb/config"
 	"xlb/controlplane"
 	"xlb/controlplane/admin"
 	"xlb/controlplane/appliance"
 	"xlb/controlplane/bgp"
 	"xlb/controlplane/cptest"
+	"xlb/healthcheck"
 )
 
 // ctlConfig: web has two primaries and a failover, one unnamed backend in
@@ -40,18 +43,24 @@ var ctlConfig = func() string {
 type ctlSources struct {
 	rig *cptest.Rig
 	bgp *admin.BGPReport // nil: no [bgp]
-	// reloads records ReloadNow's allowEmpty; refuseEmpty makes it refuse
-	// without it, as the appliance does for a file without rules.
-	reloads     []bool
+	// reloads records each reload asked for. steps, when set, serves them
+	// as xlb run does (appliance.ReloadSteps on rig's control plane);
+	// without it a reload changes nothing, and refuseEmpty makes it refuse
+	// without AllowEmpty, as the appliance does for a file without rules.
+	reloads     []admin.ReloadRequest
 	refuseEmpty bool
+	steps       *appliance.ReloadSteps
 }
 
-func (s *ctlSources) ReloadNow(allowEmpty bool) error {
-	s.reloads = append(s.reloads, allowEmpty)
-	if s.refuseEmpty && !allowEmpty {
-		return appliance.ErrEmpty
+func (s *ctlSources) ReloadNow(req admin.ReloadRequest) ([]string, error) {
+	s.reloads = append(s.reloads, req)
+	if s.steps != nil {
+		return s.steps.ReloadNow(req)
 	}
-	return nil
+	if s.refuseEmpty && !req.AllowEmpty {
+		return nil, appliance.ErrEmpty
+	}
+	return nil, nil
 }
 
 func (s *ctlSources) Status() *admin.Report {
@@ -306,8 +315,9 @@ func TestAdminAddr(t *testing.T) {
 }
 
 // TestReloadCommand: the file is validated before anything is sent; the
-// pid comes from --pid or --pidfile and must be an `xlb run`; the process
-// gets SIGHUP.
+// pid comes from --pid or --pidfile and must be an `xlb run`, started
+// with -c FILE the same file (by /proc, its working directory for a
+// relative one), else nothing is sent; the process gets SIGHUP.
 func TestReloadCommand(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.toml")
@@ -318,10 +328,19 @@ func TestReloadCommand(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(strings.Replace(ctlConfig, `ports = ["80"]`, `ports = ["80-"]`, 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// A stand-in for xlb run: its command line has "run", and it records
+	// A stand-in for xlb run: its command line has "run -c" and good.toml
+	// relative to its working directory (this test's), and it records
 	// each SIGHUP (see hupStandIn).
 	got := filepath.Join(dir, "hups")
-	proc := exec.Command(os.Args[0], "run")
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(wd, good)
+	if err != nil || filepath.IsAbs(rel) {
+		t.Fatalf("good.toml relative to %s: %q, %v", wd, rel, err)
+	}
+	proc := exec.Command(os.Args[0], "run", "-c", rel)
 	proc.Env = append(os.Environ(), hupStandInEnv+"="+got)
 	if err := proc.Start(); err != nil {
 		t.Fatal(err)
@@ -341,6 +360,7 @@ func TestReloadCommand(t *testing.T) {
 	xlb("reload", "-c", good, "--pid", "1", "--pidfile", pidfile).wantCode(t, 2)
 	xlb("reload", "-c", good, "--allow-empty", "--pidfile", pidfile).wantCode(t, 2)
 	xlb("reload", "-c", good, "--socket", "/x.sock", "--pid", "1").wantCode(t, 2)
+	xlb("reload", "-c", good, "--dry-run", "--pidfile", pidfile).wantCode(t, 2)
 	o := xlb("reload", "-c", bad, "--pidfile", pidfile)
 	o.wantCode(t, 1)
 	if !strings.Contains(o.stderr, "bad.toml") || !strings.Contains(o.stderr, "nothing sent") {
@@ -359,6 +379,17 @@ func TestReloadCommand(t *testing.T) {
 	o = xlb("reload", "-c", good, "--pidfile", filepath.Join(dir, "none.pid"))
 	o.wantCode(t, 1)
 
+	// Another valid file than the one xlb run runs: refused, naming both,
+	// no signal sent (the stand-in's record stays "ready").
+	other := filepath.Join(t.TempDir(), "other.toml")
+	if err := os.WriteFile(other, []byte(ctlConfig+"\n[dataplane]\ninterface = \"eth0\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o = xlb("reload", "-c", other, "--pidfile", pidfile)
+	o.wantCode(t, 1)
+	if !strings.Contains(o.stderr, "runs "+good) || !strings.Contains(o.stderr, "(asked: "+other+")") || !strings.Contains(o.stderr, "nothing sent") {
+		t.Errorf("reload -c other.toml by SIGHUP: stderr %q, want a refusal naming both files", o.stderr)
+	}
 	o = xlb("reload", "-c", good, "--pidfile", pidfile)
 	o.wantCode(t, 0)
 	if !strings.Contains(o.stdout, "sent SIGHUP") {
@@ -432,7 +463,7 @@ func TestReloadThroughSocket(t *testing.T) {
 	}
 	o := xlb("reload", "-c", good)
 	o.wantCode(t, 0)
-	if o.stdout != "reloaded\n" {
+	if o.stdout != "no changes\nreloaded\n" {
 		t.Errorf("reload: stdout %q", o.stdout)
 	}
 	src.refuseEmpty = true
@@ -447,12 +478,143 @@ func TestReloadThroughSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	xlb("reload", "-c", bad, "--socket", sock).wantCode(t, 1)
-	if want := []bool{false, false, true}; !slices.Equal(src.reloads, want) {
-		t.Errorf("reloads asked %v, want %v (the invalid file sends nothing)", src.reloads, want)
+	want := []admin.ReloadRequest{{Path: good}, {Path: good}, {Path: good, AllowEmpty: true}}
+	if !slices.Equal(src.reloads, want) {
+		t.Errorf("reloads asked %+v, want %+v (the invalid file sends nothing)", src.reloads, want)
 	}
 	o = xlb("reload", "-c", good, "--socket", filepath.Join(dir, "none.sock"))
 	o.wantCode(t, 1)
 	if !strings.Contains(o.stderr, "is xlb running?") {
 		t.Errorf("no socket: stderr %q", o.stderr)
+	}
+}
+
+// stepsVIPs and stepsChecks stand in for the XDP program's VIP map and
+// the health checker under appliance.ReloadSteps.
+type (
+	stepsVIPs   struct{}
+	stepsChecks struct{}
+)
+
+func (stepsVIPs) SetVIPs([]netip.Addr) error       { return nil }
+func (stepsChecks) Set([]healthcheck.Target) error { return nil }
+
+// TestReloadCommand_RunningFileOnly: through the socket, xlb reload and
+// --dry-run name the file they mean, and the running xlb (the
+// appliance's reload on a real control plane) refuses any other: `xlb
+// reload -c B` while xlb runs A exits 1 naming both files and changes
+// nothing. --dry-run prints what A's new text would change, then "dry
+// run: nothing applied", and the running configuration stays as it was
+// (dns still served); the reload then prints the same changes, then
+// "reloaded", and applies them; a relative -c FILE is the same file.
+func TestReloadCommand_RunningFileOnly(t *testing.T) {
+	r, src, _, sock := startAdminBGP(t, nil)
+	dir := t.TempDir()
+	tail := "\n[dataplane]\ninterface = \"eth0\"\n[admin]\nsocket = \"" + sock + "\"\n"
+	a, b := filepath.Join(dir, "a.toml"), filepath.Join(t.TempDir(), "b.toml")
+	for _, p := range []string{a, b} {
+		if err := os.WriteFile(p, []byte(ctlConfig+tail), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cur, err := config.Load(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.steps = appliance.NewReloadSteps(cur, stepsVIPs{}, stepsChecks{}, r.CP, func() int64 { return r.Now })
+	services := func() []string {
+		var names []string
+		for _, s := range r.CP.Snapshot().Services {
+			if s != nil {
+				names = append(names, s.Name)
+			}
+		}
+		return names
+	}
+	gen := r.CP.Snapshot().Gen
+
+	for _, dry := range []bool{false, true} {
+		args := []string{"reload", "-c", b}
+		if dry {
+			args = append(args, "--dry-run")
+		}
+		o := xlb(args...)
+		o.wantCode(t, 1)
+		if !strings.Contains(o.stderr, "xlb runs "+a) || !strings.Contains(o.stderr, "(asked: "+b+")") || o.stdout != "" {
+			t.Errorf("%v while xlb runs a.toml: stdout %q, stderr %q; want a refusal naming both files", args, o.stdout, o.stderr)
+		}
+	}
+	if r.CP.Snapshot().Gen != gen {
+		t.Error("reload -c b.toml changed the running configuration")
+	}
+
+	// a.toml without dns (its rule, service and backend), with b3 in web.
+	next := strings.Replace(ctlConfig, `{ name = "b2", ip = "10.0.1.2" }`, `{ name = "b2", ip = "10.0.1.2" }, { name = "b3", ip = "10.0.1.3" }`, 1)
+	rules, _, _ := strings.Cut(next[strings.Index(next, "[[forwarding_rule]]"):], "[[forwarding_rule]]\nname = \"dns-udp\"")
+	next, _, _ = strings.Cut(next, "[[backend_service]]\nname = \"dns\"")
+	if err := os.WriteFile(a, []byte(next+rules+tail), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	changes := "removed rule dns-udp: 203.0.113.10 UDP 53 -> dns\n" +
+		"removed service dns: UDP, MAGLEV, 1 backend\n" +
+		"removed backend dns/10.0.4.1: in pool-d\n" +
+		"added backend web/b3: 10.0.1.3 in pool-a\n"
+	o := xlb("reload", "-c", a, "--dry-run")
+	o.wantCode(t, 0)
+	if o.stdout != changes+"dry run: nothing applied\n" {
+		t.Errorf("dry run: stdout %q, want the changes, then the dry run's line", o.stdout)
+	}
+	if got := services(); !slices.Equal(got, []string{"web", "dns"}) || r.CP.Snapshot().Gen != gen {
+		t.Errorf("after the dry run: services %v, generation %d -> %d; want the running configuration unchanged", got, gen, r.CP.Snapshot().Gen)
+	}
+	t.Chdir(dir)
+	o = xlb("reload", "-c", "a.toml")
+	o.wantCode(t, 0)
+	if o.stdout != changes+"reloaded\n" {
+		t.Errorf("reload: stdout %q, want the changes, then reloaded", o.stdout)
+	}
+	if got := services(); !slices.Equal(got, []string{"web"}) {
+		t.Errorf("after the reload: services %v, want web alone", got)
+	}
+	if o := xlb("reload", "-c", a); o.code != 0 || o.stdout != "no changes\nreloaded\n" {
+		t.Errorf("reload again: %+v, want no changes", o)
+	}
+	if last := src.reloads[len(src.reloads)-1]; last.Path != a {
+		t.Errorf("the path sent: %q, want %q", last.Path, a)
+	}
+}
+
+// TestReloadCommand_OlderXLB: against an xlb from before reloads named
+// their file and listed their changes, xlb reload prints its "reloaded"
+// and says that it reloaded the file it runs, listing nothing; --dry-run,
+// which it does not serve (404), exits 1 saying nothing was applied.
+func TestReloadCommand_OlderXLB(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "old.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	var reloads int
+	mux.HandleFunc("POST /reload", func(w http.ResponseWriter, _ *http.Request) {
+		reloads++
+		_, _ = w.Write([]byte("reloaded\n"))
+	})
+	srv := &http.Server{Handler: mux}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	good := filepath.Join(t.TempDir(), "good.toml")
+	if err := os.WriteFile(good, []byte(ctlConfig+"\n[dataplane]\ninterface = \"eth0\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := xlb("reload", "-c", good, "--socket", sock)
+	o.wantCode(t, 0)
+	if !strings.HasPrefix(o.stdout, "reloaded\n") || !strings.Contains(o.stdout, "older than this xlb reload") {
+		t.Errorf("reload through an older xlb: stdout %q", o.stdout)
+	}
+	o = xlb("reload", "-c", good, "--socket", sock, "--dry-run")
+	o.wantCode(t, 1)
+	if !strings.Contains(o.stderr, "has no dry run") || !strings.Contains(o.stderr, "nothing applied") || reloads != 1 {
+		t.Errorf("dry run through an older xlb: stderr %q, %d reloads; want refused, one reload (the first)", o.stderr, reloads)
 	}
 }

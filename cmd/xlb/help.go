@@ -35,15 +35,18 @@ round done, keeps STATUS= current, and pings the watchdog (WatchdogSec=)
 while every worker goes round. Once started it keeps CAP_NET_ADMIN alone,
 on every thread, and becomes dataplane.user when set; where it cannot,
 it stops, unless --keep-privileges.`,
-	"reload": `xlb reload -c FILE [--socket PATH] [--allow-empty]
+	"reload": `xlb reload -c FILE [--socket PATH] [--allow-empty] [--dry-run]
        xlb reload -c FILE (--pid PID | --pidfile F)
 
 Validates FILE (errors: exit 1, nothing sent), then has the running xlb
-reload the file it was started with: through the admin socket ([admin]
-socket of FILE, or --socket; root), printing the outcome (exit 1 with
-every reason when refused), or by SIGHUP with --pid/--pidfile. A file
-without any forwarding rule, while some run, is refused unless
---allow-empty (socket only).`,
+reload it: through the admin socket ([admin] socket of FILE, or --socket;
+root), which refuses when FILE is not the file xlb runs, and prints what
+the reload changed (rules, health checks, services, backends), then
+"reloaded" (exit 1 with every reason when refused); --dry-run prints what
+it would change, then "dry run: nothing applied". By SIGHUP with
+--pid/--pidfile (refused when /proc shows xlb run -c another file), xlb
+reloads the file it was started with and the outcome is in its log. A file without any forwarding rule, while some run, is
+refused unless --allow-empty (socket only).`,
 	"capture": `xlb capture [--socket PATH | --config FILE] [--vip A] [--backend B]
                    [--verdict V,...] [-c N] [--snap N] [--seconds S] -w FILE
 

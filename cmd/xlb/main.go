@@ -32,10 +32,12 @@ commands:
                                    forward traffic: XDP and AF_XDP on dataplane.interface
                                    (root); logs JSON to stderr, stops on SIGTERM/SIGINT,
                                    reloads the file on SIGHUP
-  reload  -c FILE [--socket PATH] [--allow-empty]
+  reload  -c FILE [--socket PATH] [--allow-empty] [--dry-run]
                                    validate FILE, then have the running xlb reload it now
-                                   through the admin socket and print the outcome
-                                   (--allow-empty: a file without forwarding rules applies)
+                                   (the file it runs, no other) through the admin socket
+                                   and print what changed (--dry-run: what would change,
+                                   nothing applied; --allow-empty: a file without
+                                   forwarding rules applies)
   reload  -c FILE (--pid PID | --pidfile F)
                                    validate FILE, then SIGHUP the running xlb run
   capture [--socket PATH | --config FILE] [--vip A] [--backend B] [--verdict V,...]

@@ -14,7 +14,7 @@ import (
 )
 
 // The audit trail: every state-changing request on the socket (drain,
-// undrain, node drain, reload, capture) is logged once, when its answer is
+// undrain, node drain, reload and its dry run, capture) is logged once, when its answer is
 // complete, with who asked (the peer's uid, gid and pid from SO_PEERCRED),
 // what (the action, its target, the query's parameters) and the outcome;
 // Info when it was done, Warn when it was refused or failed. A peer the
@@ -23,7 +23,7 @@ import (
 //
 // Fields of an audit line (msg AuditMessage):
 //
-//	action      the endpoint: drain, undrain, drain-node, undrain-node, reload, capture
+//	action      the endpoint: drain, undrain, drain-node, undrain-node, reload, reload-dry-run, capture
 //	target      what it acts on, where it names one (drain, undrain: the backend as asked)
 //	params      the query's parameters, as sent (absent without any)
 //	outcome     ok, refused (the answer is 4xx: a bad parameter, an unknown backend, a reload refused,
@@ -32,7 +32,8 @@ import (
 //	error       why, when refused or failed
 //	peer_uid, peer_gid, peer_pid  the process that connected (absent when SO_PEERCRED could not be read)
 //
-// and what the endpoint adds (drain: the backends it acted on; capture:
+// and what the endpoint adds (drain: the backends it acted on; reload and
+// reload-dry-run: the changes, applied or that would be; capture:
 // frames, lost, duration).
 const AuditMessage = "admin operation"
 

@@ -144,18 +144,27 @@ func TestAudit_DrainNode(t *testing.T) {
 	takeAudit(t, logs, audit{zapcore.InfoLevel, "undrain-node", admin.OutcomeOK, 200})
 }
 
-// TestAudit_Reload: a reload is logged with its parameters; a refused one
-// at Warn with the reasons, a bad parameter too.
+// TestAudit_Reload: a reload is logged with its parameters and the
+// changes it applied; a dry run as action reload-dry-run, with the
+// changes it would apply; a refused one at Warn with the reasons, a bad
+// parameter too.
 func TestAudit_Reload(t *testing.T) {
-	src := &operatorSource{}
+	src := &operatorSource{changes: []string{"removed rule dns-udp"}}
 	_, sock, logs := auditedServers(t, src)
 	logs.TakeAll()
 	if code, _ := doSock(t, sock, "POST", "/reload?allow_empty=1"); code != 200 {
 		t.Fatalf("reload: %d", code)
 	}
 	m := takeAudit(t, logs, audit{zapcore.InfoLevel, "reload", admin.OutcomeOK, 200})
-	if !reflect.DeepEqual(m["params"], map[string]any{"allow_empty": "1"}) {
-		t.Errorf("reload's audit line %v: want params allow_empty=1", m)
+	if !reflect.DeepEqual(m["params"], map[string]any{"allow_empty": "1"}) || !reflect.DeepEqual(m["changes"], []any{"removed rule dns-udp"}) {
+		t.Errorf("reload's audit line %v: want params allow_empty=1 and the changes", m)
+	}
+	if code, _ := doSock(t, sock, "POST", "/reload-dry-run?path=/etc/xlb/xlb.toml"); code != 200 {
+		t.Fatalf("reload-dry-run: %d", code)
+	}
+	m = takeAudit(t, logs, audit{zapcore.InfoLevel, "reload-dry-run", admin.OutcomeOK, 200})
+	if !reflect.DeepEqual(m["params"], map[string]any{"path": "/etc/xlb/xlb.toml"}) || !reflect.DeepEqual(m["changes"], []any{"removed rule dns-udp"}) {
+		t.Errorf("dry run's audit line %v: want params path and the changes", m)
 	}
 	src.reloadErr = errors.New("xlb.toml:3: nope")
 	if code, _ := doSock(t, sock, "POST", "/reload"); code != http.StatusUnprocessableEntity {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -40,10 +41,29 @@ type Capturer interface {
 }
 
 // Reloader is a Source that reloads its configuration file (POST /reload
-// on the socket); allowEmpty applies a file without forwarding rules.
+// on the socket, or /reload-dry-run to only say what a reload would
+// change). It returns the changes, one line each.
 type Reloader interface {
-	ReloadNow(allowEmpty bool) error
+	ReloadNow(req ReloadRequest) (changes []string, err error)
 }
+
+// ReloadRequest is what `xlb reload` asks of the running xlb.
+type ReloadRequest struct {
+	// Path is the file the operator means, absolute; "": the running
+	// file (a client that does not send one). Any other is refused.
+	Path string
+	// AllowEmpty applies a file without forwarding rules.
+	AllowEmpty bool
+	// DryRun computes the changes against the running configuration and
+	// applies nothing.
+	DryRun bool
+}
+
+// Last lines of a reload's answer, after its changes.
+const (
+	ReloadedLine = "reloaded"
+	DryRunLine   = "dry run: nothing applied"
+)
 
 // Trailers of a capture's response: what the session wrote (frames, and
 // the packets that are in the file: one or two per frame) and lost.
@@ -196,26 +216,48 @@ func (s *startWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
-// serveReload reloads the configuration file now (`xlb reload`): 200 when
-// applied, 422 with every reason when refused (the running configuration
-// stays).
-func serveReload(src Source) http.HandlerFunc {
+// serveReload reloads the configuration file now (`xlb reload`), or with
+// dry says what a reload would change (`xlb reload --dry-run`): 200 with
+// the changes, one a line ("no changes" when none), then ReloadedLine or
+// DryRunLine; 422 with every reason when refused (the running
+// configuration stays). path (absolute) is the file the client means;
+// without it, the running file.
+func serveReload(src Source, dry bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		rl, ok := src.(Reloader)
 		if !ok {
 			http.Error(w, "this xlb cannot reload", http.StatusNotImplemented)
 			return
 		}
-		allow := r.URL.Query().Get("allow_empty")
+		q := r.URL.Query()
+		allow := q.Get("allow_empty")
 		if allow != "" && allow != "1" && allow != "true" {
 			http.Error(w, fmt.Sprintf("allow_empty %q: want 1 or true", allow), http.StatusBadRequest)
 			return
 		}
-		if err := rl.ReloadNow(allow != ""); err != nil {
-			http.Error(w, "reload refused, the running configuration stays: "+err.Error(), http.StatusUnprocessableEntity)
+		path := q.Get("path")
+		if path != "" && !filepath.IsAbs(path) {
+			http.Error(w, fmt.Sprintf("path %q: want an absolute path", path), http.StatusBadRequest)
 			return
 		}
+		changes, err := rl.ReloadNow(ReloadRequest{Path: path, AllowEmpty: allow != "", DryRun: dry})
+		if err != nil {
+			what := "reload refused, the running configuration stays: "
+			if dry {
+				what = "dry run: the reload would be refused (nothing applied): "
+			}
+			http.Error(w, what+err.Error(), http.StatusUnprocessableEntity)
+			return
+		}
+		auditNote(r, zap.Strings("changes", changes))
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = fmt.Fprintln(w, "reloaded")
+		if len(changes) == 0 {
+			changes = []string{"no changes"}
+		}
+		last := ReloadedLine
+		if dry {
+			last = DryRunLine
+		}
+		_, _ = fmt.Fprintf(w, "%s\n%s\n", strings.Join(changes, "\n"), last)
 	}
 }

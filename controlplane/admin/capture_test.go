@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -19,7 +20,8 @@ type operatorSource struct {
 	fakeSources
 	got       admin.CaptureRequest
 	busy      bool
-	allow     []bool
+	reloads   []admin.ReloadRequest
+	changes   []string
 	reloadErr error
 	// captureErr ends a capture after its first bytes.
 	captureErr error
@@ -41,9 +43,12 @@ func (s *operatorSource) Capture(ctx context.Context, req admin.CaptureRequest, 
 	return capture.Stats{Frames: 3, Packets: 5, Lost: 1}, s.captureErr
 }
 
-func (s *operatorSource) ReloadNow(allowEmpty bool) error {
-	s.allow = append(s.allow, allowEmpty)
-	return s.reloadErr
+func (s *operatorSource) ReloadNow(req admin.ReloadRequest) ([]string, error) {
+	s.reloads = append(s.reloads, req)
+	if s.reloadErr != nil {
+		return nil, s.reloadErr
+	}
+	return s.changes, nil
 }
 
 // TestSocketCapture: POST /capture on the socket streams what the source
@@ -81,25 +86,42 @@ func TestSocketCapture(t *testing.T) {
 	}
 }
 
-// TestSocketReload: POST /reload reloads now and says so; allow_empty is
-// handed on; a refused reload is 422 with the reason.
+// TestSocketReload: POST /reload reloads now and answers the changes,
+// then "reloaded" ("no changes" when none); /reload-dry-run asks a dry
+// run and ends "dry run: nothing applied"; path and allow_empty are
+// handed on, a relative path is 400; a refused reload is 422 with the
+// reason.
 func TestSocketReload(t *testing.T) {
 	src := &operatorSource{}
 	_, sock := startServers(t, src)
-	if code, body := doSock(t, sock, "POST", "/reload"); code != 200 || body != "reloaded\n" {
+	if code, body := doSock(t, sock, "POST", "/reload"); code != 200 || body != "no changes\nreloaded\n" {
 		t.Errorf("reload: %d %q", code, body)
 	}
-	if code, _ := doSock(t, sock, "POST", "/reload?allow_empty=1"); code != 200 {
-		t.Errorf("reload?allow_empty=1: %d", code)
+	src.changes = []string{"removed rule dns-udp", "added backend web/b3: 10.0.1.3 in pool-a"}
+	if code, body := doSock(t, sock, "POST", "/reload?allow_empty=1&path=/etc/xlb/xlb.toml"); code != 200 ||
+		body != "removed rule dns-udp\nadded backend web/b3: 10.0.1.3 in pool-a\nreloaded\n" {
+		t.Errorf("reload?allow_empty=1: %d %q", code, body)
+	}
+	if code, body := doSock(t, sock, "POST", "/reload-dry-run?path=/etc/xlb/xlb.toml"); code != 200 ||
+		body != "removed rule dns-udp\nadded backend web/b3: 10.0.1.3 in pool-a\ndry run: nothing applied\n" {
+		t.Errorf("reload-dry-run: %d %q", code, body)
 	}
 	if code, _ := doSock(t, sock, "POST", "/reload?allow_empty=perhaps"); code != http.StatusBadRequest {
 		t.Errorf("allow_empty=perhaps: %d, want 400", code)
+	}
+	if code, body := doSock(t, sock, "POST", "/reload?path=xlb.toml"); code != http.StatusBadRequest || !strings.Contains(body, "absolute") {
+		t.Errorf("relative path: %d %q, want 400", code, body)
 	}
 	src.reloadErr = errors.New("xlb.toml:3: nope")
 	if code, body := doSock(t, sock, "POST", "/reload"); code != http.StatusUnprocessableEntity || !strings.Contains(body, "xlb.toml:3: nope") {
 		t.Errorf("refused reload: %d %q, want 422 with the reason", code, body)
 	}
-	if len(src.allow) != 3 || src.allow[0] || !src.allow[1] || src.allow[2] {
-		t.Errorf("reloads asked %v, want [false true false]", src.allow)
+	if code, body := doSock(t, sock, "POST", "/reload-dry-run"); code != http.StatusUnprocessableEntity ||
+		!strings.Contains(body, "dry run: the reload would be refused (nothing applied): xlb.toml:3: nope") {
+		t.Errorf("refused dry run: %d %q, want 422 with the reason", code, body)
+	}
+	want := []admin.ReloadRequest{{}, {Path: "/etc/xlb/xlb.toml", AllowEmpty: true}, {Path: "/etc/xlb/xlb.toml", DryRun: true}, {}, {DryRun: true}}
+	if !slices.Equal(src.reloads, want) {
+		t.Errorf("reloads asked %+v, want %+v", src.reloads, want)
 	}
 }

@@ -173,10 +173,19 @@ func call(c *http.Client, method, url string, dialErr func(error) error) ([]byte
 		return nil, dialErr(err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s", strings.TrimSpace(string(body)))
+		return nil, &StatusError{Code: resp.StatusCode, Text: strings.TrimSpace(string(body))}
 	}
 	return body, nil
 }
+
+// StatusError is an answer other than 200: its status, and the
+// listener's words, which are the error's text.
+type StatusError struct {
+	Code int
+	Text string
+}
+
+func (e *StatusError) Error() string { return e.Text }
 
 // FetchReport reads the listener's /status at addr.
 func FetchReport(addr string) (*Report, error) {

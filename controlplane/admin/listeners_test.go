@@ -35,7 +35,7 @@ func TestTCPRefusesStateChanges(t *testing.T) {
 	_, src := newRig(t)
 	base, sock := startServers(t, src)
 	before := eligibleCount(t, base)
-	for _, path := range []string{"/drain?backend=b1", "/undrain?backend=b1", "/drain-node", "/undrain-node", "/reload?allow_empty=1", "/capture?count=1"} {
+	for _, path := range []string{"/drain?backend=b1", "/undrain?backend=b1", "/drain-node", "/undrain-node", "/reload?allow_empty=1", "/reload-dry-run", "/capture?count=1"} {
 		for _, method := range []string{"POST", "GET", "PUT"} {
 			req, err := http.NewRequest(method, base+path, strings.NewReader("backend=b1"))
 			if err != nil {

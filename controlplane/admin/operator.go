@@ -33,6 +33,9 @@ type LastReload struct {
 	BackendsAdded   []string `json:"backends_added,omitempty"`
 	BackendsRemoved []string `json:"backends_removed,omitempty"`
 	BackendsKept    int      `json:"backends_kept"`
+	// Changes is every change the reload applied, one line each
+	// (config.Changes): rules, health checks, services, backends.
+	Changes []string `json:"changes,omitempty"`
 }
 
 // operation is a state-changing endpoint: served on the socket only.
@@ -49,7 +52,8 @@ func operations(src Source) []operation {
 		{"/undrain", operate(src, true)},
 		{"/drain-node", operateNode(src, true)},
 		{"/undrain-node", operateNode(src, false)},
-		{"/reload", serveReload(src)},
+		{"/reload", serveReload(src, false)},
+		{"/reload-dry-run", serveReload(src, true)},
 		{"/capture", serveCapture(src)},
 	}
 }

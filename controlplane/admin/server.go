@@ -89,7 +89,7 @@ func ConnLimits(nofile uint64) Limits {
 //	GET /healthz  200 "ok" while the process serves
 //	GET /debug/pprof/...  Go's profiler (Options.Pprof; TCP only)
 //	POST /drain?backend=NAME, /undrain?backend=NAME, /drain-node, /undrain-node,
-//	     /reload, /capture
+//	     /reload, /reload-dry-run, /capture
 //	              (Source; the socket only: the TCP listener answers 403;
 //	              each logged once, with the peer's uid and pid: AuditMessage)
 type Server struct {

@@ -78,7 +78,18 @@ var (
 	_ admin.Reloader = (*Appliance)(nil)
 )
 
-// ReloadNow is ReloadFileWith for the admin socket's POST /reload.
-func (a *Appliance) ReloadNow(allowEmpty bool) error {
-	return a.ReloadFileWith(ReloadOptions{AllowEmpty: allowEmpty})
+// ReloadNow is ReloadFileWith for the admin socket's POST /reload and
+// /reload-dry-run, returning what the reload changed (or would).
+func (a *Appliance) ReloadNow(req admin.ReloadRequest) ([]string, error) {
+	r := a.cur.Load()
+	if r == nil {
+		return nil, ErrNotRunning
+	}
+	return r.rl.reloadNow(req)
+}
+
+// reloadNow serves an admin socket's reload request.
+func (r *reloader) reloadNow(req admin.ReloadRequest) ([]string, error) {
+	changes, err := r.reloadFileChanges(ReloadOptions{AllowEmpty: req.AllowEmpty, Path: req.Path, DryRun: req.DryRun})
+	return changes.Lines(), err
 }

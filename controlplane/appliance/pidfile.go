@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -70,4 +71,61 @@ func isRun(pid int) error {
 		}
 	}
 	return fmt.Errorf("process %d is not xlb run (%q)", pid, strings.Join(strings.Split(string(bytes.TrimRight(raw, "\x00")), "\x00"), " "))
+}
+
+// RunningFile is the configuration file the `xlb run` of pid was started
+// with (its -c FILE, made absolute against its working directory) and
+// the path this process reaches that file by (through /proc/PID/root,
+// so it holds across mount namespaces, a unit's PrivateTmp). ok is false
+// where /proc does not say: no /proc, no permission to read the
+// process's working directory, or no -c on its command line.
+func RunningFile(pid int) (file, here string, ok bool) {
+	proc := "/proc/" + strconv.Itoa(pid)
+	raw, err := os.ReadFile(proc + "/cmdline")
+	if err != nil {
+		return "", "", false
+	}
+	file = runFileArg(strings.Split(string(bytes.TrimRight(raw, "\x00")), "\x00"))
+	if file == "" {
+		return "", "", false
+	}
+	if !filepath.IsAbs(file) {
+		cwd, err := os.Readlink(proc + "/cwd")
+		if err != nil {
+			return "", "", false
+		}
+		file = filepath.Join(cwd, file)
+	}
+	return file, proc + "/root" + file, true
+}
+
+// runFileArg is the -c FILE of an `xlb run` command line (argv[0] the
+// program): -c FILE, -c=FILE, --c FILE or --c=FILE after "run"; "" when
+// it has none.
+func runFileArg(argv []string) string {
+	run := false
+	for i, a := range argv {
+		if !run {
+			run = i > 0 && a == "run"
+			continue
+		}
+		if a == "--" {
+			break
+		}
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if name != "c" {
+			continue
+		}
+		if !hasValue {
+			if i+1 >= len(argv) {
+				return ""
+			}
+			value = argv[i+1]
+		}
+		return value
+	}
+	return ""
 }

@@ -40,3 +40,26 @@ func TestPidFile(t *testing.T) {
 		t.Errorf("SignalReload of no process: %v, want a refusal", err)
 	}
 }
+
+// TestRunFileArg: the -c FILE of an xlb run command line, in each form
+// the flag package takes; none before "run", after "--", or without -c.
+func TestRunFileArg(t *testing.T) {
+	for _, tc := range []struct {
+		argv []string
+		want string
+	}{
+		{[]string{"xlb", "run", "-c", "/etc/xlb/xlb.toml"}, "/etc/xlb/xlb.toml"},
+		{[]string{"/usr/local/bin/xlb", "run", "--log-level", "debug", "--c", "a.toml", "--pidfile", "/run/xlb.pid"}, "a.toml"},
+		{[]string{"xlb", "run", "-c=b.toml"}, "b.toml"},
+		{[]string{"xlb", "run", "--c=c.toml"}, "c.toml"},
+		{[]string{"xlb", "run", "--pidfile", "p", "-c"}, ""},
+		{[]string{"xlb", "-c", "x.toml", "run"}, ""},
+		{[]string{"xlb", "run", "--", "-c", "x.toml"}, ""},
+		{[]string{"xlb", "run", "--log-format", "console"}, ""},
+		{[]string{"run", "-c", "x.toml"}, ""},
+	} {
+		if got := runFileArg(tc.argv); got != tc.want {
+			t.Errorf("%q: %q, want %q", tc.argv, got, tc.want)
+		}
+	}
+}

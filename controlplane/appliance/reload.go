@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -71,6 +73,9 @@ type reloader struct {
 	flows flowReloader  // nil without [flow_sync]
 	now   func() int64
 	log   *zap.Logger
+	// settle is how the file is read when it is reloaded: only once it
+	// stops changing (the zero value: config.LoadSettled's defaults).
+	settle config.Settle
 
 	// schedule runs f after d (time.AfterFunc when nil) and returns what
 	// cancels it: the end of a drain, when a removed rule's VIP may leave
@@ -100,6 +105,45 @@ type ReloadOptions struct {
 	// while the running one has some (every VIP would stop at once); a
 	// reload refuses it otherwise (ErrEmpty).
 	AllowEmpty bool
+	// Path is the file the operator means (`xlb reload -c FILE`), ""
+	// for the running one. Any other file is refused (*OtherFileError)
+	// before anything is read: a reload reloads the file xlb runs.
+	Path string
+	// DryRun loads and checks the file as a reload would, and computes
+	// what it would change against the running configuration, applying
+	// nothing: neither counted nor in last_reload.
+	DryRun bool
+}
+
+// OtherFileError is a reload asked for a file other than the one xlb
+// runs (os.SameFile of the two, stat'ed by xlb): only that one reloads.
+type OtherFileError struct {
+	Running, Asked string
+}
+
+func (e *OtherFileError) Error() string {
+	return fmt.Sprintf("xlb runs %s; reload -c reloads only that file (asked: %s): write the changes into %s, or start xlb run with -c %s",
+		e.Running, e.Asked, e.Running, e.Asked)
+}
+
+// sameFile is nil when asked is the running file (the same file, by
+// whatever path or link), else why not.
+func sameFile(running, asked string) error {
+	if abs, err := filepath.Abs(running); err == nil {
+		running = abs
+	}
+	ai, err := os.Stat(asked)
+	if err != nil {
+		return fmt.Errorf("xlb runs %s; reload -c %s: %w", running, asked, err)
+	}
+	ri, err := os.Stat(running)
+	if err != nil {
+		return fmt.Errorf("the running file %s: %w", running, err)
+	}
+	if !os.SameFile(ri, ai) {
+		return &OtherFileError{Running: running, Asked: asked}
+	}
+	return nil
 }
 
 // ErrEmpty marks a reload refused because the new configuration has no
@@ -109,16 +153,32 @@ var ErrEmpty = errors.New("the configuration has no forwarding rule and would st
 
 // reloadFile reloads the file the running configuration came from.
 func (r *reloader) reloadFile(opts ReloadOptions) error {
+	_, err := r.reloadFileChanges(opts)
+	return err
+}
+
+// reloadFileChanges is reloadFile, returning what the reload changed (or,
+// with opts.DryRun, would change).
+func (r *reloader) reloadFileChanges(opts ReloadOptions) (config.Changes, error) {
 	r.mu.Lock()
 	path := r.cur.Path
 	r.mu.Unlock()
-	return r.reload(path, func() (*config.Config, error) {
-		cfg, err := config.Load(path)
+	if opts.Path != "" {
+		if err := sameFile(path, opts.Path); err != nil {
+			return nil, err
+		}
+	}
+	load := func() (*config.Config, error) {
+		cfg, err := config.LoadSettled(path, r.settle)
 		if err != nil {
 			return nil, err
 		}
 		return cfg, r.checkEmpty(cfg, opts)
-	})
+	}
+	if opts.DryRun {
+		return r.dryRun(load)
+	}
+	return r.reloadChanges(path, load)
 }
 
 // checkEmpty refuses cfg without rules unless opts allow it or nothing
@@ -128,6 +188,9 @@ func (r *reloader) checkEmpty(cfg *config.Config, opts ReloadOptions) error {
 		return nil
 	}
 	if opts.AllowEmpty {
+		if opts.DryRun {
+			return nil
+		}
 		r.log.Warn("reload removes every forwarding rule, as asked (--allow-empty)",
 			zap.String("file", cfg.Path), zap.Int("rules_before", len(r.cur.Rules)))
 		return nil
@@ -143,9 +206,15 @@ func (r *reloader) checkEmpty(cfg *config.Config, opts ReloadOptions) error {
 // drain per M5), then the VIPs that left. Any error leaves the running
 // configuration as it was.
 func (r *reloader) reload(file string, load func() (*config.Config, error)) error {
+	_, err := r.reloadChanges(file, load)
+	return err
+}
+
+// reloadChanges is reload, returning what it changed.
+func (r *reloader) reloadChanges(file string, load func() (*config.Config, error)) (config.Changes, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	err := r.apply(load)
+	changes, err := r.apply(load)
 	if err != nil {
 		r.fail++
 		var errs []string
@@ -155,23 +224,45 @@ func (r *reloader) reload(file string, load func() (*config.Config, error)) erro
 		}
 		r.last = &admin.LastReload{At: time.Now().UTC().Format(time.RFC3339Nano), Errors: errs}
 	}
-	return err
+	return changes, err
 }
 
-func (r *reloader) apply(load func() (*config.Config, error)) error {
+// dryRun loads and checks the configuration as reload does and returns
+// what applying it would change; it applies nothing, and counts nothing.
+func (r *reloader) dryRun(load func() (*config.Config, error)) (config.Changes, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cfg, err := r.prepare(load)
+	if err != nil {
+		return nil, err
+	}
+	return config.Diff(r.cur, cfg), nil
+}
+
+// prepare loads the configuration and checks it can be applied over the
+// running one; r.mu is held.
+func (r *reloader) prepare(load func() (*config.Config, error)) (*config.Config, error) {
 	cfg, err := load()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := cfg.ValidateForRun(); err != nil {
-		return err
+		return nil, err
 	}
 	if err := restartNeeded(r.cur, cfg); err != nil {
-		return err
+		return nil, err
+	}
+	return cfg, nil
+}
+
+func (r *reloader) apply(load func() (*config.Config, error)) (config.Changes, error) {
+	cfg, err := r.prepare(load)
+	if err != nil {
+		return nil, err
 	}
 	oldVIPs, newVIPs := r.mapped(), configVIPs(cfg)
 	if err := r.vips.SetVIPs(union(oldVIPs, newVIPs)); err != nil {
-		return fmt.Errorf("setting the VIPs: %w", err)
+		return nil, fmt.Errorf("setting the VIPs: %w", err)
 	}
 	// The backends this reload removes stay followed, with those earlier
 	// reloads removed whose drains go on: they drain on their MACs (M5),
@@ -187,7 +278,7 @@ func (r *reloader) apply(load func() (*config.Config, error)) error {
 	if err := r.hc.Set(targets); err != nil {
 		r.neigh.Want(r.followed()...)
 		_ = r.vips.SetVIPs(oldVIPs)
-		return err
+		return nil, err
 	}
 	// At is just before the control plane's clock is read: drains of
 	// removed backends end timeout after At, never before.
@@ -199,7 +290,7 @@ func (r *reloader) apply(load func() (*config.Config, error)) error {
 		_ = r.hc.Set(oldTargets)
 		r.neigh.Want(r.followed()...)
 		_ = r.vips.SetVIPs(oldVIPs)
-		return fmt.Errorf("control plane: %w", err)
+		return nil, fmt.Errorf("control plane: %w", err)
 	}
 	// What the resolver now follows, between reloads: cfg's backends and
 	// the control plane's draining ones, this reload's removals among
@@ -235,18 +326,40 @@ func (r *reloader) apply(load func() (*config.Config, error)) error {
 	} else {
 		r.inMap = keep
 	}
+	changes := config.Diff(r.cur, cfg)
 	r.cur = cfg
 	r.scheduleReap(r.nextEnd(now, drainEnd))
 	r.ok++
 	r.last = &admin.LastReload{At: at.UTC().Format(time.RFC3339Nano), OK: true,
 		ServicesAdded: d.ServicesAdded, ServicesRemoved: d.ServicesRemoved,
-		BackendsAdded: d.BackendsAdded, BackendsRemoved: d.BackendsRemoved, BackendsKept: d.BackendsKept}
+		BackendsAdded: d.BackendsAdded, BackendsRemoved: d.BackendsRemoved, BackendsKept: d.BackendsKept,
+		Changes: changes.Lines()}
 	r.log.Info("configuration reloaded", zap.String("file", cfg.Path),
 		zap.Strings("services_added", d.ServicesAdded), zap.Strings("services_removed", d.ServicesRemoved),
 		zap.Strings("backends_added", d.BackendsAdded), zap.Strings("backends_removed", d.BackendsRemoved),
 		zap.Int("backends_kept", d.BackendsKept), zap.Int("vips", len(newVIPs)),
-		zap.Int("vips_draining", len(keep)-len(newVIPs)))
-	return nil
+		zap.Int("vips_draining", len(keep)-len(newVIPs)), zap.Strings("changes", changes.Lines()))
+	r.warnRemoved(cfg.Path, changes)
+	return changes, nil
+}
+
+// warnRemoved logs each forwarding rule and backend service the reload
+// removed, one warning each: traffic that stops (a rule's VIP and ports,
+// a service's backends), after its drain (M5).
+func (r *reloader) warnRemoved(file string, changes config.Changes) {
+	for _, c := range changes {
+		if c.Op != config.Removed {
+			continue
+		}
+		switch c.Kind {
+		case config.KindRule:
+			r.log.Warn("reload removed a forwarding rule: it drains (M5)",
+				zap.String("rule", c.Name), zap.String("was", c.Detail), zap.String("file", file))
+		case config.KindService:
+			r.log.Warn("reload removed a backend service: its backends drain",
+				zap.String("service", c.Name), zap.String("was", c.Detail), zap.String("file", file))
+		}
+	}
 }
 
 // mapped is what the XDP program's VIP map holds; r.mu is held.

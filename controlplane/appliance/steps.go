@@ -9,6 +9,7 @@ import (
 
 	"xlb/config"
 	"xlb/controlplane"
+	"xlb/controlplane/admin"
 	"xlb/healthcheck"
 )
 
@@ -46,6 +47,15 @@ func NewReloadSteps(cur *config.Config,
 // leaves everything as it was.
 func (s *ReloadSteps) Reload(load func() (*config.Config, error)) error {
 	return s.r.reload("", load)
+}
+
+// ReloadNow is the admin socket's reload (POST /reload, /reload-dry-run)
+// of the running configuration's file, by the same code as the
+// appliance's: the file asked for must be the running one, it is read
+// once it stops changing, one without rules is refused unless allowed;
+// it returns what the reload changed or, with req.DryRun, would change.
+func (s *ReloadSteps) ReloadNow(req admin.ReloadRequest) ([]string, error) {
+	return s.r.reloadNow(req)
 }
 
 // HealthTargets are the health-check targets of cfg, one per check and

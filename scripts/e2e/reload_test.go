@@ -151,7 +151,9 @@ type newConn struct {
 // broken file arrives by SIGHUP, then `xlb drain b1`: connections to b1
 // and b2 never fail nor move; b3's keep working until its 2 s drain ends
 // and then stop, and no new connection reaches it after the reload; b4
-// takes new connections once healthy; the broken file changes nothing but
+// takes new connections once healthy; through the admin socket, a dry run
+// lists a change and applies nothing, and -c another file is refused
+// naming both; the broken file changes nothing but
 // the failure counter; after the drain no new connection reaches b1.
 func TestReload(t *testing.T) {
 	t.Parallel()
@@ -243,6 +245,32 @@ func TestReload(t *testing.T) {
 		for _, be := range svc.Backends {
 			if be.Name == "b3" && !be.Removed {
 				t.Errorf("b3 after the reload: %+v, want removed", be)
+			}
+		}
+	}
+	// Through the admin socket: a dry run of b4 leaving lists that and
+	// applies nothing; -c another file is refused, naming both files.
+	write(reloadConfig(b, "b1", "b2"))
+	out, err := exec.Command(xlbBin, "reload", "-c", cfg, "--dry-run").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "removed backend web/b4: ") || !strings.HasSuffix(string(out), "\ndry run: nothing applied\n") {
+		t.Errorf("xlb reload --dry-run: %v\n%s", err, out)
+	}
+	other := filepath.Join(t.TempDir(), "other.toml")
+	if err := os.WriteFile(other, []byte(reloadConfig(b, "b1", "b2")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command(xlbBin, "reload", "-c", other).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "xlb runs "+cfg) || !strings.Contains(string(out), "(asked: "+other+")") {
+		t.Errorf("xlb reload -c other.toml: %v\n%s; want refused, naming both files", err, out)
+	}
+	write(reloadConfig(b, "b1", "b2", "b4"))
+	if m := metrics(t, b); m["xlb_reload_success_total"] != 1 || m["xlb_reload_failure_total"] != 0 {
+		t.Errorf("after the dry run and the refusal: reloads %v ok, %v failed; want 1 and 0", m["xlb_reload_success_total"], m["xlb_reload_failure_total"])
+	}
+	for _, svc := range getStatus(t, b).Services {
+		for _, be := range svc.Backends {
+			if be.Name == "b4" && be.Removed {
+				t.Errorf("b4 after the dry run: %+v, want kept", be)
 			}
 		}
 	}
