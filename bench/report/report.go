@@ -1,7 +1,8 @@
 // Package report is what every lbbench command produces and how it is
 // shown: readable tables on the terminal, JSON for machines, SVG charts for
-// a folder, and a progress bar on stderr for long runs. Commands fill a
-// Report; they never print on their own.
+// a folder (drawn with gonum.org/v1/plot, which only lbbench links), and a
+// progress bar on stderr for long runs. Commands fill a Report; they never
+// print on their own.
 package report
 
 import "time"

@@ -1,6 +1,7 @@
 // Package deptest is the one home of what the layering tests (deps_test.go
-// of dataplane, controlplane/bgp, healthcheck) share: the transitive,
-// non-test dependencies of a package, as `go list -deps` gives them.
+// of dataplane, controlplane/bgp, healthcheck, bench/report) share: the
+// transitive, non-test dependencies of a package, as `go list -deps` gives
+// them.
 package deptest
 
 import (
