@@ -19,6 +19,7 @@ type serveConfig struct {
 	weightFile string
 	pidfile    string
 	verbose    bool
+	quic       quicConfig
 }
 
 func parseServe(args []string) (serveConfig, error) {
@@ -30,6 +31,12 @@ func parseServe(args []string) (serveConfig, error) {
 	weightFile := fs.String("weight-file", "", "file whose content /healthz sends as the weight header, read on every request")
 	pidfile := fs.String("pidfile", "", "file to write the pid to once every address is bound")
 	verbose := fs.Bool("verbose", false, "log every request")
+	quicListen := fs.String("listen-quic", "", "comma-separated UDP addresses for QUIC (none by default)")
+	quicSID := fs.String("quic-server-id", "", "QUIC-LB server ID, in hex, written into every connection ID")
+	quicRotation := fs.Int("quic-rotation", 0, "QUIC-LB config rotation: the connection IDs' first three bits")
+	quicNonce := fs.Int("quic-nonce-len", 6, "QUIC-LB nonce length in octets")
+	quicKey := fs.String("quic-key-file", "", "QUIC-LB AES-128 key, one line of 32 hex digits (none: in the clear)")
+	quicReset := fs.String("quic-reset-key-file", "", "stateless reset key, one line of 64 hex digits (none: random)")
 	if err := parseFlags(fs, args); err != nil {
 		return serveConfig{}, err
 	}
@@ -47,7 +54,10 @@ func parseServe(args []string) (serveConfig, error) {
 	if cfg.udp, err = parseAddrs("--listen-udp", *udp); err != nil {
 		return serveConfig{}, err
 	}
-	if len(cfg.tcp)+len(cfg.udp) == 0 {
+	if cfg.quic, err = parseQUIC(*quicListen, *quicSID, *quicRotation, *quicNonce, *quicKey, *quicReset); err != nil {
+		return serveConfig{}, err
+	}
+	if len(cfg.tcp)+len(cfg.udp)+len(cfg.quic.addrs) == 0 {
 		return serveConfig{}, fmt.Errorf("serve: nothing to listen on (%w)", errUsage)
 	}
 	return cfg, nil

@@ -3,6 +3,9 @@
 // naming itself, serves /healthz (with the weight header health checks read),
 // and echoes UDP datagrams prefixed with its name, replying from the address
 // each datagram was sent to so that a VIP held on lo stays the source (DSR).
+// Its QUIC mode (quic-go) answers each stream with its name too, and writes
+// its server ID into every connection ID it issues as the QUIC-LB draft says
+// (quic.go), so that a balancer routes its connections by ID.
 //
 // Three helper subcommands serve the same bed: `probe` plays the client and
 // counts which backend answered, `hold` keeps long-lived connections and a
@@ -22,7 +25,15 @@ import (
 const usage = `usage:
   xlb-testserver [serve] --name NAME [--listen-tcp ADDR:PORT,...] [--listen-udp ADDR:PORT,...]
                  [--weight N | --weight-file FILE] [--pidfile FILE] [--verbose]
+                 [--listen-quic ADDR:PORT,... --quic-server-id HEX [--quic-rotation R]
+                  [--quic-nonce-len N] [--quic-key-file FILE] [--quic-reset-key-file FILE]]
       answer HTTP (body "backend NAME", header X-Backend) and echo UDP ("NAME: payload");
+      QUIC (ALPN xlb-test, a self-signed certificate): each stream's request, sent
+      whole, is answered "NAME: request"; every connection ID carries the server ID
+      under QUIC-LB config rotation R (default 0) with a random nonce of N octets
+      (default 6), AES-128 encrypted with --quic-key-file's 32 hex digits, else in the
+      clear; stateless resets use --quic-reset-key-file's 64 hex digits (default: a
+      random key, so that a reset's token names the server that sent it);
       /healthz is 200 with X-Load-Balancing-Endpoint-Weight when --weight is set, or
       with FILE's content as its value, read on every request (missing or empty: none);
       SIGUSR1 makes /healthz answer 503, SIGUSR2 makes it healthy again

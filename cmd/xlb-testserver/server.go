@@ -30,6 +30,7 @@ type server struct {
 
 	tcp  []net.Listener
 	udp  []*udpEcho
+	quic []*quicServer
 	http *http.Server
 }
 
@@ -51,6 +52,21 @@ func listen(cfg serveConfig, log *zap.Logger) (*server, error) {
 			return nil, fmt.Errorf("listening on udp %s: %w", ap, err)
 		}
 		s.udp = append(s.udp, u)
+	}
+	if len(cfg.quic.addrs) > 0 {
+		tlsConf, err := selfSigned(cfg.name)
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("making the QUIC certificate: %w", err)
+		}
+		for _, ap := range cfg.quic.addrs {
+			q, err := listenQUIC(ap, cfg.quic, tlsConf)
+			if err != nil {
+				s.close()
+				return nil, fmt.Errorf("listening on quic %s: %w", ap, err)
+			}
+			s.quic = append(s.quic, q)
+		}
 	}
 	s.http = &http.Server{
 		Handler:           s.handler(),
@@ -78,10 +94,18 @@ func (s *server) udpAddrs() []netip.AddrPort {
 	return out
 }
 
+func (s *server) quicAddrs() []netip.AddrPort {
+	out := make([]netip.AddrPort, len(s.quic))
+	for i, q := range s.quic {
+		out[i] = q.addr()
+	}
+	return out
+}
+
 // serve answers until ctx is done, then closes every socket; it returns
 // the first error of a socket that failed on its own.
 func (s *server) serve(ctx context.Context) error {
-	errc := make(chan error, len(s.tcp)+len(s.udp))
+	errc := make(chan error, len(s.tcp)+len(s.udp)+len(s.quic))
 	var wg sync.WaitGroup
 	for _, ln := range s.tcp {
 		wg.Go(func() {
@@ -94,6 +118,13 @@ func (s *server) serve(ctx context.Context) error {
 		wg.Go(func() {
 			if err := u.serve(s.name, s.logUDP); err != nil && ctx.Err() == nil {
 				errc <- fmt.Errorf("udp %s: %w", u.conn.LocalAddr(), err)
+			}
+		})
+	}
+	for _, q := range s.quic {
+		wg.Go(func() {
+			if err := q.serve(ctx, s.name, s.log, s.verbose); err != nil && ctx.Err() == nil {
+				errc <- fmt.Errorf("quic %s: %w", q.addr(), err)
 			}
 		})
 	}
@@ -118,6 +149,9 @@ func (s *server) close() {
 	}
 	for _, u := range s.udp {
 		_ = u.conn.Close()
+	}
+	for _, q := range s.quic {
+		q.close()
 	}
 }
 
@@ -158,7 +192,8 @@ func cmdServe(args []string) error {
 		}
 		defer os.Remove(cfg.pidfile)
 	}
-	log.Info("serving", zap.Stringers("tcp", s.tcpAddrs()), zap.Stringers("udp", s.udpAddrs()),
+	log.Info("serving", zap.Stringers("tcp", s.tcpAddrs()), zap.Stringers("udp", s.udpAddrs()), zap.Stringers("quic", s.quicAddrs()),
+		zap.String("quic_lb", quicLBString(cfg.quic)),
 		zap.Int("weight", cfg.weight), zap.String("weight_file", cfg.weightFile))
 
 	err = s.serve(ctx)
