@@ -234,3 +234,22 @@ func TestQUICLB_ReloadRemovesConfiguration(t *testing.T) {
 		t.Fatalf("without QUIC-LB: outcome %v verdict %v; want none, forwarded", res.CID.Outcome, res.Verdict)
 	}
 }
+
+// TestQUICLB_IPv6: the same routing over IPv6 (the UDP payload found
+// after the IPv6 header): the service's VIP and endpoints made IPv6.
+func TestQUICLB_IPv6(t *testing.T) {
+	plain, enc := cptest.QUICConfigs(t, 14)
+	text := strings.NewReplacer("10.0.1.", "2001:db8:1::", "203.0.113.10", "2001:db8:f::10").Replace(cptest.QUICText(t, 14))
+	r := cptest.New(t, text)
+	for i := range 20 {
+		c, want := plain, "q"+fmt.Sprint(1+i%3)
+		if i%2 == 1 {
+			c = enc
+		}
+		p := cptest.UDP(fmt.Sprintf("2001:db8:c::%x", i+1), "2001:db8:f::10", uint16(30000+i), 443)
+		p.Payload = shortHeader(cid(t, c, "000"+want[1:], i))
+		if res := r.Send(p); res.BackendName() != want || res.CID.Outcome != dataplane.CIDRouted {
+			t.Fatalf("client %d: backend %q outcome %v; want %s, routed", i, res.BackendName(), res.CID.Outcome, want)
+		}
+	}
+}
