@@ -688,7 +688,6 @@ func trackingKey(svc *Service, fl *Flow, d *Decision) {
 	}
 }
 
-// persists is P1: does an entry on an unhealthy backend keep its packets?
 // unavailable says why backend b, on side, may no longer take a flow's
 // packets of proto ("" when it may): a tracked flow's, or a QUIC
 // connection's that its connection ID names.
@@ -704,6 +703,7 @@ func unavailable(svc *Service, b *Backend, side Side, proto packet.Proto, now in
 	return ""
 }
 
+// persists is P1: does an entry on an unhealthy backend keep its packets?
 func persists(svc *Service, proto packet.Proto) bool {
 	switch svc.Persistence {
 	case config.PersistNever:

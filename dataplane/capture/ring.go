@@ -36,7 +36,7 @@ type Filter struct {
 
 // record is one copied frame's header in a slot.
 type record struct {
-	ns      int64 // the worker's clock (see Session.Clock)
+	ns      int64 // the worker's clock, ns (Session.Epoch is its zero)
 	backend dataplane.BackendRef
 	rxLen   int32 // original lengths
 	txLen   int32 // 0: nothing sent
@@ -45,7 +45,7 @@ type record struct {
 }
 
 // Ring is one worker's queue of copies: the worker writes, a Session reads.
-// Slots have room for SnapLen bytes as received and as sent.
+// Slots have room for snap bytes as received and as sent.
 type Ring struct {
 	queue     int
 	filter    Filter

@@ -7,7 +7,7 @@
 //	Ethernet [802.1Q | 802.1ad] [802.1Q]          at most two tags, as the engine
 //	  IPv4: dst in VIPs? ──no──> XDP_PASS          (ARP, SSH, BGP, health checks…)
 //	  IPv6: dst in VIPs? ──no──> XDP_PASS
-//	        NDP (ICMPv6 133–137) to a VIP ──> XDP_PASS   the kernel answers it (X1)
+//	        NDP (ICMPv6 133–137) to a VIP ──> XDP_PASS   the kernel answers it (FR1)
 //	  VIP ──> bpf_redirect_map(sockets, rx_queue_index, XDP_PASS)
 //	        socket registered for the queue ──> XDP_REDIRECT
 //	        none (xlb stopped or crashed)   ──> XDP_PASS, never a drop
