@@ -1,7 +1,9 @@
 // Command xlb is the appliance binary: `run` forwards traffic (XDP and
 // AF_XDP workers on a NIC), `check` validates a configuration, `sim`
 // replays a scenario through the real engine, `explain` shows why a packet
-// goes where it goes. main only reads flags and hands over.
+// goes where it goes; `reload`, `drain`, `undrain`, `status` and `capture`
+// talk to a running `xlb run`, `decap` strips xlb's tunnels on a backend.
+// main only reads flags and hands over.
 package main
 
 import (

@@ -1,8 +1,9 @@
 // Package admin is the appliance's admin listeners and their client side.
 // The TCP listener (loopback by default) serves what changes nothing:
 // Prometheus /metrics, /status as JSON, /healthz, and /debug/pprof when
-// asked. A Unix socket, mode 0600, serves those and every state-changing
-// endpoint (drain, undrain, node drain), which the TCP listener refuses:
+// asked. A Unix socket, mode 0600, serves the first three too, and every
+// endpoint that changes state or reads traffic (drain, undrain, node
+// drain, reload and its dry run, capture), which the TCP listener refuses:
 // only root reaches them, and no browser can. Both are bounded (connections,
 // header size and time, no bodies) so that no local user can exhaust the
 // process's descriptors or memory. `xlb status` reads the TCP listener

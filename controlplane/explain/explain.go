@@ -1,6 +1,7 @@
 // Package explain answers "what would xlb do with this packet, and why?"
 // (SPEC X4) by running the real engine on a real frame and reporting every
-// step: rule, keys, tracking, eligible set and side, Maglev slot, backend.
+// step: rule, keys, what routing by QUIC-LB connection ID made of it,
+// tracking, eligible set and side, Maglev slot, backend.
 package explain
 
 import (

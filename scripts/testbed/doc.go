@@ -1,8 +1,10 @@
 // Package testbed brings the namespace topology of scripts/testbed.sh up for
 // a test and down again when it ends, failed or not: clients, a one-armed
 // balancer whose interface carries the VIP traffic, and backends holding the
-// VIPs on lo and running cmd/xlb-testserver, all on one bridge (the diagram
-// is in scripts/testbed.sh and scripts/README.md).
+// VIPs on lo and running cmd/xlb-testserver, all on one bridge; or, with
+// Options.Instances (1 to 8), the fleet bed: a router running BIRD between
+// the clients and that many balancer instances (the diagrams are in
+// scripts/testbed.sh, the first also in scripts/README.md).
 //
 // The script is the single description of the topology; this package runs
 // it, mirrors its fixed addresses, and gives tests ways to act inside a
