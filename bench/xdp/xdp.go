@@ -16,7 +16,9 @@
 // (b)'s at the same rate, and the ratios xlb/(a), xlb/(b), xlb/(c). xlb-ct
 // is compared with xlb by a paired search (paired.go), and xlb's latency
 // tail is set beside what its worker waited on (Tail). See Notes in the
-// report for the method.
+// report for the method. RunExisting measures over interfaces lbbench did
+// not build instead (existing.go): real NIC ports, with xlb or the xdpfwd
+// baseline on another host (remote.go).
 package xdp
 
 import (

@@ -44,8 +44,11 @@
 //
 // Pull (pull.go): a starting instance with no kept table fetches every
 // live established entry (own and peer) of one peer over TCP, on the same
-// port, with the same keys: its request carries a fresh random nonce and
+// port, with the same keys, and first the backends that peer still drains
+// (M5), which it adopts as draining so that their records resolve
+// (Options.AdoptDraining): its request carries a fresh random nonce and
 // its wall clock; each response frame is sealed with the nonce in its
 // associated data (no frame of another pull can be passed off as one of
-// this), and an end frame carries the count.
+// this), and an end frame carries the count. A peer serves at most two
+// pulls at a time.
 package flowsync

@@ -1,8 +1,11 @@
 // Package sim replays `xlb sim` scenarios (docs/sim-format.md) through the
 // real engine: each packet event becomes a real frame that the real parser,
 // rule lookup, conntrack, eligible-set and Maglev code decide on a virtual
-// clock; reload events go through the same load-validate-diff-apply path as
-// SIGHUP.
+// clock; a reload event loads and validates its file (config.Load) and
+// applies it to the control plane (ControlPlane.Apply: kept backends keep
+// their flows, removed ones drain), the steps of a SIGHUP that decide
+// traffic; the data plane's settings, which only a restart changes, are
+// not compared.
 package sim
 
 import (
