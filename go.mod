@@ -17,6 +17,7 @@ require (
 	github.com/vishvananda/netns v0.0.5
 	go.uber.org/zap v1.28.0
 	golang.org/x/sys v0.50.0
+	golang.org/x/tools v0.49.0
 	gonum.org/v1/plot v0.17.0
 	google.golang.org/protobuf v1.36.12
 	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78

@@ -6,101 +6,13 @@ import (
 	"testing"
 )
 
-// diffOld: two services behind two rules, one check.
-const diffOld = `
-[[health_check]]
-name = "hc"
-type = "HTTP"
-
-[[backend_service]]
-name = "web"
-health_checks = ["hc"]
-  [[backend_service.backend]]
-  group = "a"
-  endpoints = [ { name = "b1", ip = "10.0.1.1" }, { name = "b2", ip = "10.0.1.2" } ]
-
-[[backend_service]]
-name = "dns"
-protocol = "UDP"
-health_checks = ["hc"]
-  [[backend_service.backend]]
-  group = "d"
-  endpoints = [ { ip = "10.0.4.1" } ]
-
-[[forwarding_rule]]
-name = "web-tcp"
-ip_address = "203.0.113.10"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "web"
-
-[[forwarding_rule]]
-name = "dns-udp"
-ip_address = "203.0.113.10"
-ip_protocol = "UDP"
-ports = ["53"]
-backend_service = "dns"
-`
-
-// diffNext removes dns (its rule, service and backend), adds api (a rule
-// from one source range, a service of two backends), and in web removes
-// b2, adds b3, moves b1 to another group, widens web-tcp's ports, changes
-// the check's interval and web's draining timeout, and adds [bgp].
-const diffNext = `
-[[health_check]]
-name = "hc"
-type = "HTTP"
-check_interval_sec = 10
-
-[[backend_service]]
-name = "web"
-health_checks = ["hc"]
-connection_draining_timeout_sec = 30
-  [[backend_service.backend]]
-  group = "b"
-  endpoints = [ { name = "b1", ip = "10.0.1.1" } ]
-  [[backend_service.backend]]
-  group = "a"
-  endpoints = [ { name = "b3", ip = "10.0.1.3" } ]
-
-[[backend_service]]
-name = "api"
-health_checks = ["hc"]
-  [[backend_service.backend]]
-  group = "p"
-  endpoints = [ { name = "a1", ip = "10.0.2.1" } ]
-  [[backend_service.backend]]
-  group = "s"
-  failover = true
-  endpoints = [ { name = "a2", ip = "10.0.2.2" } ]
-
-[[forwarding_rule]]
-name = "web-tcp"
-ip_address = "203.0.113.10"
-ip_protocol = "TCP"
-ports = ["80", "8000-8080"]
-backend_service = "web"
-
-[[forwarding_rule]]
-name = "api-tcp"
-ip_address = "203.0.113.20"
-ip_protocol = "TCP"
-ports = ["443"]
-source_ip_ranges = ["198.51.100.0/24"]
-backend_service = "api"
-
-[bgp]
-asn = 65010
-[[bgp.neighbor]]
-address = "10.0.0.1"
-asn = 65000
-`
-
 // TestDiff: rules, checks, services and backends added, removed and
 // changed, each as one line naming it, in the documented order; the
 // reverse diff swaps added and removed; a file against itself is no
 // change.
 func TestDiff(t *testing.T) {
+	f := testdataArchive(t, "diff.txtar", "old.toml", "next.toml")
+	diffOld, diffNext := f[0], f[1]
 	old, next := mustParse(t, diffOld), mustParse(t, diffNext)
 	want := []string{
 		"removed rule dns-udp: 203.0.113.10 UDP 53 -> dns",
@@ -153,6 +65,7 @@ func TestDiff_Changed(t *testing.T) {
 	bgp := func(neighbor string) string {
 		return "[bgp]\nasn = 65010\n[[bgp.neighbor]]\naddress = \"" + neighbor + "\"\nasn = 65000\n"
 	}
+	diffOld := testdataArchive(t, "diff.txtar", "old.toml")[0]
 	old := mustParse(t, diffOld+bgp("10.0.0.1"))
 	text := strings.NewReplacer(
 		`{ name = "b1", ip = "10.0.1.1" }`, `{ name = "web1", ip = "10.0.1.1", mac = "02:00:00:00:00:01" }`,

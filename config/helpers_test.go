@@ -2,8 +2,12 @@ package config
 
 import (
 	"errors"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/tools/txtar"
 )
 
 // Pieces of a small valid file. A case joins them with file(), adding or
@@ -47,6 +51,26 @@ func markedLine(src string) int {
 		}
 	}
 	return 0
+}
+
+// testdataArchive returns the named files of the txtar archive
+// testdata/archive, in the order asked, or fails the test when the archive
+// or one of them is missing.
+func testdataArchive(tb testing.TB, archive string, names ...string) []string {
+	tb.Helper()
+	a, err := txtar.ParseFile(filepath.Join("testdata", archive))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := make([]string, len(names))
+	for i, name := range names {
+		j := slices.IndexFunc(a.Files, func(f txtar.File) bool { return f.Name == name })
+		if j < 0 {
+			tb.Fatalf("testdata/%s has no file %s", archive, name)
+		}
+		out[i] = string(a.Files[j].Data)
+	}
+	return out
 }
 
 func mustParse(tb testing.TB, src string) *Config {

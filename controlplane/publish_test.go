@@ -5,6 +5,7 @@ import (
 
 	"xlb/config"
 	"xlb/controlplane"
+	"xlb/controlplane/cptest"
 	"xlb/dataplane"
 )
 
@@ -12,55 +13,7 @@ import (
 // before its L3_DEFAULT rule (FR2), in file order otherwise, whatever the
 // file's order.
 func TestPublish_L3DefaultLast(t *testing.T) {
-	const src = `
-[[health_check]]
-name = "hc"
-type = "TCP"
-[[backend_service]]
-name = "any"
-protocol = "UNSPECIFIED"
-health_checks = ["hc"]
-[[backend_service.backend]]
-group = "a"
-endpoints = [{ ip = "10.0.0.1" }]
-[[backend_service]]
-name = "web"
-health_checks = ["hc"]
-[[backend_service.backend]]
-group = "a"
-endpoints = [{ ip = "10.0.0.2" }]
-[[backend_service]]
-name = "dns"
-protocol = "UDP"
-health_checks = ["hc"]
-[[backend_service.backend]]
-group = "a"
-endpoints = [{ ip = "10.0.0.3" }]
-[[forwarding_rule]]
-name = "l3"
-ip_address = "192.0.2.1"
-ip_protocol = "L3_DEFAULT"
-all_ports = true
-backend_service = "any"
-[[forwarding_rule]]
-name = "tcp"
-ip_address = "192.0.2.1"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "web"
-[[forwarding_rule]]
-name = "other"
-ip_address = "192.0.2.2"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "web"
-[[forwarding_rule]]
-name = "udp"
-ip_address = "192.0.2.1"
-ip_protocol = "UDP"
-ports = ["53"]
-backend_service = "dns"
-`
+	src := cptest.Testdata(t, "publish_l3default.toml")
 	cfg, err := config.Parse("t.toml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
@@ -87,23 +40,7 @@ backend_service = "dns"
 // decide what an encapsulation makes too big (X1); the same values again
 // publish nothing.
 func TestPublish_MTUFollowed(t *testing.T) {
-	const src = `
-[[health_check]]
-name = "hc"
-type = "TCP"
-[[backend_service]]
-name = "web"
-health_checks = ["hc"]
-[[backend_service.backend]]
-group = "a"
-endpoints = [{ ip = "10.0.0.2" }]
-[[forwarding_rule]]
-name = "tcp"
-ip_address = "192.0.2.1"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "web"
-`
+	src := cptest.Testdata(t, "publish_mtu.toml")
 	cfg, err := config.Parse("t.toml", []byte(src))
 	if err != nil {
 		t.Fatal(err)

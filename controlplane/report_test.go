@@ -7,49 +7,9 @@ import (
 
 	"xlb/config"
 	"xlb/controlplane"
+	"xlb/controlplane/cptest"
 	"xlb/dataplane"
 )
-
-// reportConfig: two weighted services sharing the unnamed endpoint
-// 10.0.0.1, each with its own check.
-const reportConfig = `
-[[health_check]]
-name = "hc-a"
-type = "HTTP"
-[[health_check]]
-name = "hc-b"
-type = "HTTP"
-port = 8080
-
-[[backend_service]]
-name = "a"
-locality_lb_policy = "WEIGHTED_MAGLEV"
-health_checks = ["hc-a"]
-  [[backend_service.backend]]
-  group = "g"
-  endpoints = [ { ip = "10.0.0.1" }, { ip = "10.0.0.2" } ]
-
-[[backend_service]]
-name = "b"
-locality_lb_policy = "WEIGHTED_MAGLEV"
-health_checks = ["hc-b"]
-  [[backend_service.backend]]
-  group = "g"
-  endpoints = [ { ip = "10.0.0.1" }, { ip = "10.0.0.3" } ]
-
-[[forwarding_rule]]
-name = "a"
-ip_address = "192.0.2.1"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "a"
-[[forwarding_rule]]
-name = "b"
-ip_address = "192.0.2.2"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "b"
-`
 
 // backendIn returns the snapshot's backend of service at ip.
 func backendIn(t *testing.T, cp *controlplane.ControlPlane, service, ip string) *dataplane.Backend {
@@ -74,7 +34,7 @@ func backendIn(t *testing.T, cp *controlplane.ControlPlane, service, ip string) 
 // and none when it changes nothing; a report naming nothing is an
 // ErrUnknownBackend and the rest still apply; weight reports follow W1a.
 func TestApplyReports_ScopedToTheService(t *testing.T) {
-	cfg, err := config.Parse("report.toml", []byte(reportConfig))
+	cfg, err := config.Parse("report.toml", []byte(cptest.Testdata(t, "report.toml")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,7 +128,7 @@ func allocDecide(tb testing.TB, dc *dataplane.Decider, frame []byte) dataplane.D
 // while it drains (dropped as vip-draining).
 func TestProcessDoesNotAllocate_FloodAndDrainPaths(t *testing.T) {
 	// ipip4 drains a minute; the reload below removes its rule.
-	text := strings.Replace(benchTOML, "forwarding_method = \"IPIP\"\n",
+	text := strings.Replace(cptest.Testdata(t, "bench.toml"), "forwarding_method = \"IPIP\"\n",
 		"forwarding_method = \"IPIP\"\nconnection_draining_timeout_sec = 60\n", 1)
 	ct, err := conntrack.New(conntrack.MinCapacity)
 	if err != nil {

@@ -8,29 +8,6 @@ import (
 	"xlb/dataplane/craft"
 )
 
-const batchConfig = `
-[[health_check]]
-name = "hc"
-type = "TCP"
-
-[[backend_service]]
-name = "web"
-health_checks = ["hc"]
-  [[backend_service.backend]]
-  group = "a"
-  endpoints = [
-    { name = "b1", ip = "10.0.0.1" }, { name = "b2", ip = "10.0.0.2" },
-    { name = "b3", ip = "10.0.0.3" }, { name = "b4", ip = "10.0.0.4" },
-  ]
-
-[[forwarding_rule]]
-name = "web"
-ip_address = "192.0.2.10"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "web"
-`
-
 // TestCT4_BatchDecidesInOrder: Process decides a batch in passes (front
 // halves, bucket prefetch, then steps 1–2), so the rules must still see the
 // frames in order: an ACK behind its flow's SYN in the same batch hits the
@@ -52,8 +29,9 @@ func TestCT4_BatchDecidesInOrder(t *testing.T) {
 		}
 		frames = append(frames, syn, ack)
 	}
-	one := cptest.New(t, batchConfig) // one frame per batch: the reference
-	batched := cptest.New(t, batchConfig)
+	text := cptest.Testdata(t, "batch.toml") // four backends on 192.0.2.10:80
+	one := cptest.New(t, text)               // one frame per batch: the reference
+	batched := cptest.New(t, text)
 
 	port := dataplane.NewMemFramePort(frames, len(frames))
 	batch := make([]dataplane.Frame, len(frames)) // 80 frames: more than one pass of 64

@@ -48,186 +48,8 @@ import (
 	"xlb/dataplane/packet"
 )
 
-// benchTOML serves the benchmarks, the allocation tests and the fuzzer: IPv4
-// and IPv6 VIPs, TCP, UDP and L3_DEFAULT rules, and L2_DSR, IPIP and GUE
-// services. Tracked services idle out after an hour rather than 60 s: a
-// `-count=3 -benchtime=2s` run lasts minutes, and the 1M prefilled flows
-// must still be there when a later repetition replays them.
-const benchTOML = `
-[[health_check]]
-name = "hc"
-type = "TCP"
-port = 80
-
-[[backend_service]]
-name = "web4"
-protocol = "TCP"
-health_checks = ["hc"]
-forwarding_method = "L2_DSR"
-  [backend_service.connection_tracking_policy]
-  idle_timeout_sec = 3600
-  [[backend_service.backend]]
-  group = "web4"
-  endpoints = [
-    { name = "w4-1", ip = "10.10.0.1" }, { name = "w4-2", ip = "10.10.0.2" },
-    { name = "w4-3", ip = "10.10.0.3" }, { name = "w4-4", ip = "10.10.0.4" },
-    { name = "w4-5", ip = "10.10.0.5" }, { name = "w4-6", ip = "10.10.0.6" },
-    { name = "w4-7", ip = "10.10.0.7" }, { name = "w4-8", ip = "10.10.0.8" },
-  ]
-
-[[backend_service]]
-name = "web6"
-protocol = "TCP"
-health_checks = ["hc"]
-forwarding_method = "L2_DSR"
-  [backend_service.connection_tracking_policy]
-  idle_timeout_sec = 3600
-  [[backend_service.backend]]
-  group = "web6"
-  endpoints = [
-    { name = "w6-1", ip = "2001:db8:10::1" }, { name = "w6-2", ip = "2001:db8:10::2" },
-    { name = "w6-3", ip = "2001:db8:10::3" }, { name = "w6-4", ip = "2001:db8:10::4" },
-    { name = "w6-5", ip = "2001:db8:10::5" }, { name = "w6-6", ip = "2001:db8:10::6" },
-    { name = "w6-7", ip = "2001:db8:10::7" }, { name = "w6-8", ip = "2001:db8:10::8" },
-  ]
-
-[[backend_service]]
-name = "dns"
-protocol = "UDP"
-health_checks = ["hc"]
-forwarding_method = "L2_DSR"
-  [[backend_service.backend]]
-  group = "dns"
-  endpoints = [
-    { name = "d-1", ip = "10.10.1.1" }, { name = "d-2", ip = "10.10.1.2" },
-    { name = "d-3", ip = "10.10.1.3" }, { name = "d-4", ip = "10.10.1.4" },
-  ]
-
-[[backend_service]]
-name = "ipip4"
-protocol = "TCP"
-health_checks = ["hc"]
-forwarding_method = "IPIP"
-  [backend_service.connection_tracking_policy]
-  idle_timeout_sec = 3600
-  [[backend_service.backend]]
-  group = "ipip4"
-  endpoints = [
-    { name = "i-1", ip = "10.10.2.1" }, { name = "i-2", ip = "10.10.2.2" },
-    { name = "i-3", ip = "10.10.2.3" }, { name = "i-4", ip = "10.10.2.4" },
-  ]
-
-[[backend_service]]
-name = "gue4"
-protocol = "TCP"
-health_checks = ["hc"]
-forwarding_method = "GUE"
-gue_port = 6080
-  [backend_service.connection_tracking_policy]
-  idle_timeout_sec = 3600
-  [[backend_service.backend]]
-  group = "gue4"
-  endpoints = [
-    { name = "g4-1", ip = "10.10.3.1" }, { name = "g4-2", ip = "10.10.3.2" },
-    { name = "g4-3", ip = "10.10.3.3" }, { name = "g4-4", ip = "10.10.3.4" },
-  ]
-
-[[backend_service]]
-name = "gue6"
-protocol = "TCP"
-health_checks = ["hc"]
-forwarding_method = "GUE"
-gue_port = 6080
-  [backend_service.connection_tracking_policy]
-  idle_timeout_sec = 3600
-  [[backend_service.backend]]
-  group = "gue6"
-  endpoints = [
-    { name = "g6-1", ip = "2001:db8:13::1" }, { name = "g6-2", ip = "2001:db8:13::2" },
-    { name = "g6-3", ip = "2001:db8:13::3" }, { name = "g6-4", ip = "2001:db8:13::4" },
-  ]
-
-[[backend_service]]
-name = "l3"
-protocol = "UNSPECIFIED"
-session_affinity = "CLIENT_IP_PROTO"
-health_checks = ["hc"]
-forwarding_method = "IPIP"
-  [backend_service.connection_tracking_policy]
-  idle_timeout_sec = 3600
-  [[backend_service.backend]]
-  group = "l3"
-  endpoints = [
-    { name = "l-1", ip = "10.10.4.1" }, { name = "l-2", ip = "10.10.4.2" },
-    { name = "l-3", ip = "2001:db8:14::1" }, { name = "l-4", ip = "2001:db8:14::2" },
-  ]
-
-[[forwarding_rule]]
-name = "web-v4"
-ip_address = "203.0.113.10"
-ip_protocol = "TCP"
-ports = ["80", "443"]
-backend_service = "web4"
-
-[[forwarding_rule]]
-name = "dns-v4"
-ip_address = "203.0.113.10"
-ip_protocol = "UDP"
-ports = ["53"]
-backend_service = "dns"
-
-[[forwarding_rule]]
-name = "any-v4"
-ip_address = "203.0.113.10"
-ip_protocol = "L3_DEFAULT"
-all_ports = true
-backend_service = "l3"
-
-[[forwarding_rule]]
-name = "ipip-v4"
-ip_address = "203.0.113.20"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "ipip4"
-
-[[forwarding_rule]]
-name = "gue-v4"
-ip_address = "203.0.113.30"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "gue4"
-
-[[forwarding_rule]]
-name = "gue6-v4"
-ip_address = "203.0.113.40"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "gue6"
-
-[[forwarding_rule]]
-name = "allow-v4"
-ip_address = "203.0.113.50"
-ip_protocol = "TCP"
-ports = ["80"]
-source_ip_ranges = ["100.64.0.0/10"]
-backend_service = "web4"
-
-[[forwarding_rule]]
-name = "web-v6"
-ip_address = "2001:db8:f::10"
-ip_protocol = "TCP"
-ports = ["80", "443"]
-backend_service = "web6"
-
-[[forwarding_rule]]
-name = "any-v6"
-ip_address = "2001:db8:f::10"
-ip_protocol = "L3_DEFAULT"
-all_ports = true
-backend_service = "l3"
-`
-
-// The VIPs of benchTOML.
+// The VIPs of testdata/bench.toml, the configuration of the benchmarks,
+// the allocation tests and the fuzzer.
 var (
 	benchVIPWeb4  = netip.MustParseAddr("203.0.113.10") // web4 (TCP 80, 443), dns (UDP 53), l3
 	benchVIPIPIP  = netip.MustParseAddr("203.0.113.20")
@@ -239,8 +61,9 @@ var (
 	benchNotVIP = netip.MustParseAddr("198.51.100.7")
 )
 
-// benchEngine builds the real control plane over a fresh engine with a
-// conntrack table of capacity entries, backends healthy as in `xlb sim`.
+// benchEngine builds the real control plane on testdata/bench.toml over a
+// fresh engine with a conntrack table of capacity entries, backends healthy
+// as in `xlb sim`.
 func benchEngine(tb testing.TB, capacity int) (*dataplane.Engine, *controlplane.ControlPlane) {
 	tb.Helper()
 	ct, err := conntrack.New(capacity)
@@ -248,7 +71,7 @@ func benchEngine(tb testing.TB, capacity int) (*dataplane.Engine, *controlplane.
 		tb.Fatal(err)
 	}
 	eng := dataplane.NewEngine(ct)
-	cp, err := controlplane.New(cptest.Config(tb, benchTOML), eng, controlplane.Options{
+	cp, err := controlplane.New(cptest.Config(tb, cptest.Testdata(tb, "bench.toml")), eng, controlplane.Options{
 		Local:          sim.SimLocal(),
 		InitialHealthy: true,
 		InitialWeight:  1000,

@@ -13,24 +13,7 @@ import (
 // datagram to the next (RFC 6864), or the backend's reassembly could splice
 // two packets together. Consecutive IPIP frames of one worker differ.
 func TestEncapOuterIPv4IDsDiffer(t *testing.T) {
-	r := cptest.New(t, `
-[[health_check]]
-name = "hc"
-type = "TCP"
-[[backend_service]]
-name = "web"
-forwarding_method = "IPIP"
-health_checks = ["hc"]
-  [[backend_service.backend]]
-  group = "a"
-  endpoints = [ { name = "b1", ip = "10.0.0.1" } ]
-[[forwarding_rule]]
-name = "web"
-ip_address = "192.0.2.10"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "web"
-`)
+	r := cptest.New(t, cptest.Testdata(t, "encap_ipid.toml")) // IPIP to one IPv4 backend
 	seen := map[uint16]bool{}
 	for i := range 100 {
 		res := r.Send(cptest.TCP("198.51.100.7", "192.0.2.10", uint16(40000+i), 80, "S"))

@@ -14,11 +14,11 @@ import (
 	"xlb/dataplane/packet"
 )
 
-// fuzzRig is the engine the fuzzer drives: benchTOML (IPv4 and IPv6 VIPs;
-// TCP, UDP and L3_DEFAULT rules; L2_DSR, IPIP and GUE services) over a small
-// conntrack table, so that tracking state and evictions (X3) carry from one
-// input to the next as they do in production. Inputs run one at a time in
-// each fuzzing process.
+// fuzzRig is the engine the fuzzer drives: testdata/bench.toml (IPv4 and
+// IPv6 VIPs; TCP, UDP and L3_DEFAULT rules; L2_DSR, IPIP and GUE services)
+// over a small conntrack table, so that tracking state and evictions (X3)
+// carry from one input to the next as they do in production. Inputs run one
+// at a time in each fuzzing process.
 type fuzzRig struct {
 	dc   *dataplane.Decider
 	snap *dataplane.Snapshot
@@ -42,7 +42,7 @@ func newFuzzRig(tb testing.TB) *fuzzRig {
 	}
 	eng, _ := benchEngine(tb, conntrack.MinCapacity)
 	r := &fuzzRig{dc: eng.NewDecider(), snap: eng.Load(), vips: map[netip.Addr]map[string]bool{}, now: 1000}
-	cfg := cptest.Config(tb, benchTOML)
+	cfg := cptest.Config(tb, cptest.Testdata(tb, "bench.toml"))
 	for _, rule := range cfg.Rules {
 		if r.vips[rule.VIP] == nil {
 			r.vips[rule.VIP] = map[string]bool{}

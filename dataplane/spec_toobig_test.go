@@ -22,56 +22,10 @@ import (
 	"xlb/dataplane/packet"
 )
 
-// tooBigConfig: TCP 80 on VIP4 by IPIP to an IPv4 backend (20 bytes
-// added) and by GUE to an IPv6 one on 81 (40 + 8 + 4); TCP 80 on VIP6 by
-// GUE over IPv6 (52).
-const tooBigConfig = `
-[[health_check]]
-name = "hc"
-type = "TCP"
-[[backend_service]]
-name = "ipip4"
-forwarding_method = "IPIP"
-health_checks = ["hc"]
-  [[backend_service.backend]]
-  group = "a"
-  endpoints = [ { ip = "10.0.0.1" } ]
-[[backend_service]]
-name = "gue46"
-forwarding_method = "GUE"
-health_checks = ["hc"]
-  [[backend_service.backend]]
-  group = "a"
-  endpoints = [ { ip = "2001:db8:a::1" } ]
-[[backend_service]]
-name = "gue6"
-forwarding_method = "GUE"
-health_checks = ["hc"]
-  [[backend_service.backend]]
-  group = "a"
-  endpoints = [ { ip = "2001:db8:a::2" } ]
-[[forwarding_rule]]
-name = "ipip4"
-ip_address = "192.0.2.10"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "ipip4"
-[[forwarding_rule]]
-name = "gue46"
-ip_address = "192.0.2.10"
-ip_protocol = "TCP"
-ports = ["81"]
-backend_service = "gue46"
-[[forwarding_rule]]
-name = "gue6"
-ip_address = "2001:db8:ffff::10"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "gue6"
-`
-
-// tooBigRig is an engine and decider over tooBigConfig with an MTU of
-// 1500, as `xlb run` sets it from the interface.
+// tooBigRig is an engine and decider over testdata/toobig.toml (TCP 80 on
+// 192.0.2.10 by IPIP to an IPv4 backend, 81 by GUE to an IPv6 one; TCP 80
+// on 2001:db8:ffff::10 by GUE over IPv6) with an MTU of 1500, as `xlb run`
+// sets it from the interface.
 func tooBigRig(t *testing.T) *dataplane.Decider {
 	t.Helper()
 	ct, err := conntrack.New(1024)
@@ -81,7 +35,7 @@ func tooBigRig(t *testing.T) *dataplane.Decider {
 	eng := dataplane.NewEngine(ct)
 	local := sim.SimLocal()
 	local.MTU = 1500
-	if _, err := controlplane.New(cptest.Config(t, tooBigConfig), eng,
+	if _, err := controlplane.New(cptest.Config(t, cptest.Testdata(t, "toobig.toml")), eng,
 		controlplane.Options{Local: local, InitialHealthy: true, InitialWeight: 1000}, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package dataplane_test
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"xlb/conntrack"
@@ -163,28 +164,9 @@ func TestStats_BatchCountsEqualFrameCounts(t *testing.T) {
 // backend (M5 removal, then an addition), the new backend's counters start
 // at zero and the old backend's are no longer reported.
 func TestStats_SlotReuseStartsFromZero(t *testing.T) {
-	cfg := func(eps string) string {
-		return `
-[[health_check]]
-name = "hc"
-type = "TCP"
-
-[[backend_service]]
-name = "web"
-protocol = "TCP"
-health_checks = ["hc"]
-  [[backend_service.backend]]
-  group = "g"
-  endpoints = [` + eps + `]
-
-[[forwarding_rule]]
-name = "web"
-ip_address = "203.0.113.10"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "web"
-`
-	}
+	// One TCP service on 203.0.113.10:80; eps are its endpoints.
+	tmpl := cptest.Testdata(t, "stats_slot_reuse.toml")
+	cfg := func(eps string) string { return strings.Replace(tmpl, "[ENDPOINTS]", "["+eps+"]", 1) }
 	r := cptest.New(t, cfg(`{ name = "a", ip = "10.0.0.1" }`))
 	send := func(n int) *cptest.Result {
 		var res *cptest.Result

@@ -45,40 +45,8 @@ func TestRun_NotifiesSystemd(t *testing.T) {
 	}
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "xlb.toml")
-	if err := os.WriteFile(cfg, []byte(`
-[dataplane]
-interface = "xsn-b"
-queues = "all"
-frame_size = 2048
-ring_size = 256
-conntrack_capacity = 1024
-state_dir = ""   # not the host's /run/xlb: tests run side by side
-
-[[health_check]]
-name = "hc"
-type = "TCP"
-port = 53
-check_interval_sec = 1
-timeout_sec = 1
-
-[[backend_service]]
-name = "dns"
-protocol = "UDP"
-health_checks = ["hc"]
-  [[backend_service.backend]]
-  group = "a"
-  endpoints = [ { name = "be1", ip = "10.202.0.2", mac = "02:00:00:00:be:01" } ]
-
-[[forwarding_rule]]
-name = "dns"
-ip_address = "10.202.1.1"
-ip_protocol = "UDP"
-ports = ["53"]
-backend_service = "dns"
-
-[admin]
-socket = "`+filepath.Join(dir, "admin.sock")+`"   # not the host's /run/xlb/admin.sock: another xlb may answer there
-`), 0o644); err != nil {
+	text := strings.Replace(readFile(t, "testdata/notify.toml"), `socket = "ADMIN_SOCKET"`, `socket = "`+filepath.Join(dir, "admin.sock")+`"`, 1)
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// A path, not an abstract name: those belong to a network namespace.

@@ -68,38 +68,12 @@ func TestFailoverSwitchesExported(t *testing.T) {
 	}
 }
 
-// weightedToml: one WEIGHTED_MAGLEV service over three backends.
-const weightedToml = `
-[[health_check]]
-name = "hc"
-type = "HTTP"
-port = 80
-
-[[backend_service]]
-name = "api"
-protocol = "TCP"
-health_checks = ["hc"]
-locality_lb_policy = "WEIGHTED_MAGLEV"
-  [[backend_service.backend]]
-  group = "g"
-  endpoints = [
-    { name = "w1", ip = "10.1.0.1" }, { name = "w2", ip = "10.1.0.2" }, { name = "w3", ip = "10.1.0.3" },
-  ]
-
-[[forwarding_rule]]
-name = "api"
-ip_address = "203.0.113.20"
-ip_protocol = "TCP"
-ports = ["443"]
-backend_service = "api"
-`
-
 // TestW1a_WeightFallbackExported: a missing or invalid weight makes the
 // service fall back to equal weights, and /metrics and /status say so and
 // name the backend and the reason; a timed-out probe (UNAVAILABLE_WEIGHT)
 // does not.
 func TestW1a_WeightFallbackExported(t *testing.T) {
-	r := cptest.New(t, weightedToml)
+	r := cptest.New(t, cptest.Testdata(t, "weighted.toml")) // api: WEIGHTED_MAGLEV over w1..w3
 	src := &rigSources{rig: r, workers: []admin.QueueStats{{Queue: 0, Stats: r.D.Stats()}}}
 	base := startServer(t, src)
 	for _, n := range []string{"w1", "w2", "w3"} {

@@ -50,7 +50,7 @@ func TestMetricsDocumented(t *testing.T) {
 	src.health.Observe("http", true, time.Millisecond) // histograms export from the first probe
 	_, fams := scrape(t, startServer(t, src))
 	// The weight-state families exist only for WEIGHTED_MAGLEV services.
-	wr := cptest.New(t, weightedToml)
+	wr := cptest.New(t, cptest.Testdata(t, "weighted.toml"))
 	_, wfams := scrape(t, startServer(t, &rigSources{rig: wr}))
 	for _, name := range []string{"xlb_service_weight_fallback", "xlb_backend_weight_state"} {
 		if f, ok := wfams[name]; ok {

@@ -76,7 +76,7 @@ func TestWantVIPs(t *testing.T) {
 // empty (drop_traffic_if_unhealthy) or E1's fallback to every (unhealthy)
 // backend; the other VIP is.
 func TestEligibleVIPs(t *testing.T) {
-	r := cptest.New(t, announceTOML)
+	r := cptest.New(t, cptest.Testdata(t, "announce.toml"))
 	el := eligibleVIPs(r.CP.Snapshot())
 	if !el(vipA) || !el(vipB) {
 		t.Fatalf("all healthy: eligible %v %v, want both", el(vipA), el(vipB))
@@ -94,52 +94,6 @@ func TestEligibleVIPs(t *testing.T) {
 		t.Error("an unknown VIP, or no snapshot, is eligible")
 	}
 }
-
-const announceTOML = `
-[[health_check]]
-name = "hc"
-type = "TCP"
-port = 80
-
-[[backend_service]]
-name = "a"
-protocol = "TCP"
-health_checks = ["hc"]
-  [[backend_service.backend]]
-  group = "g"
-  endpoints = [ { name = "b1", ip = "10.0.1.1", mac = "02:00:00:00:00:01" } ]
-
-[[backend_service]]
-name = "b"
-protocol = "TCP"
-health_checks = ["hc"]
-  [backend_service.failover_policy]
-  drop_traffic_if_unhealthy = true
-  [[backend_service.backend]]
-  group = "g"
-  endpoints = [ { name = "b2", ip = "2001:db8:1::2", mac = "02:00:00:00:00:02" } ]
-
-[[forwarding_rule]]
-name = "a"
-ip_address = "203.0.113.10"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "a"
-
-[[forwarding_rule]]
-name = "b"
-ip_address = "2001:db8::10"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "b"
-
-[bgp]
-asn = 65010
-graceful_shutdown_sec = 2
-  [[bgp.neighbor]]
-  address = "10.97.0.1"
-  asn = 65000
-`
 
 // fakeSpeaker records what the announcer asks for.
 type fakeSpeaker struct {
@@ -202,7 +156,7 @@ func newTestAnnouncer(t *testing.T, text string) (*announcer, *fakeSpeaker, *cpt
 // a shutdown uses the speaker's graceful shutdown with the settle, and
 // nothing is announced after it.
 func TestAnnouncer(t *testing.T) {
-	a, sp, r, checked := newTestAnnouncer(t, announceTOML)
+	a, sp, r, checked := newTestAnnouncer(t, cptest.Testdata(t, "announce.toml"))
 	a.st.attached = true // as run does first
 	announced := func(v netip.Addr) bool { return sp.last()[v].Announce }
 
@@ -257,7 +211,7 @@ func TestAnnouncer(t *testing.T) {
 
 	// A reload without vipB's rule: withdrawn at once (the reloader drops
 	// it from the XDP program right after), neighbors passed on.
-	cfg := cptest.Config(t, announceTOML)
+	cfg := cptest.Config(t, cptest.Testdata(t, "announce.toml"))
 	cfg.Rules = cfg.Rules[:1]
 	cfg.BGP.Neighbors = append(cfg.BGP.Neighbors, config.BGPNeighbor{Address: netip.MustParseAddr("10.97.0.9"), ASN: 65000, Port: 179})
 	if err := a.reload(cfg); err != nil {
@@ -286,7 +240,7 @@ func TestAnnouncer(t *testing.T) {
 // (done or given up): a joining instance announces only with the fleet's
 // flows in its table.
 func TestAnnouncerWaitsForPull(t *testing.T) {
-	a, sp, _, checked := newTestAnnouncer(t, announceTOML)
+	a, sp, _, checked := newTestAnnouncer(t, cptest.Testdata(t, "announce.toml"))
 	pulled := make(chan struct{})
 	a.waitPull(pulled)
 	a.st.attached = true
@@ -305,7 +259,7 @@ func TestAnnouncerWaitsForPull(t *testing.T) {
 // TestAnnouncerShutdownWithoutGrace: graceful_shutdown_sec = 0 withdraws
 // every VIP at once, without the community.
 func TestAnnouncerShutdownWithoutGrace(t *testing.T) {
-	a, sp, _, _ := newTestAnnouncer(t, announceTOML)
+	a, sp, _, _ := newTestAnnouncer(t, cptest.Testdata(t, "announce.toml"))
 	a.cfg.BGP.GracefulShutdown = 0
 	a.shutdown(t.Context())
 	w := sp.last()
@@ -322,8 +276,9 @@ var _ speaker = (*bgp.Speaker)(nil)
 // tracked flows still reach this instance; when the drain ends the route
 // is withdrawn.
 func TestAnnouncerKeepsDrainingVIP(t *testing.T) {
-	text := strings.Replace(announceTOML, "name = \"b\"\nprotocol = \"TCP\"\n", "name = \"b\"\nprotocol = \"TCP\"\nconnection_draining_timeout_sec = 30\n", 1)
-	if text == announceTOML {
+	fixture := cptest.Testdata(t, "announce.toml")
+	text := strings.Replace(fixture, "name = \"b\"\nprotocol = \"TCP\"\n", "name = \"b\"\nprotocol = \"TCP\"\nconnection_draining_timeout_sec = 30\n", 1)
+	if text == fixture {
 		t.Fatal("the fixture changed: no service b to give a draining timeout")
 	}
 	a, sp, r, checked := newTestAnnouncer(t, text)

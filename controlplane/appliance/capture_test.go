@@ -16,6 +16,7 @@ import (
 	"xlb/conntrack"
 	"xlb/controlplane"
 	"xlb/controlplane/admin"
+	"xlb/controlplane/cptest"
 	"xlb/dataplane"
 	"xlb/dataplane/capture"
 	"xlb/dataplane/craft"
@@ -36,7 +37,7 @@ func (idlePoller) Poll(d time.Duration) (bool, error) {
 // their backends named, a second capture meanwhile is refused, and a
 // later one starts.
 func TestCapture_FromRunningWorkers(t *testing.T) {
-	cfg, err := config.Parse("test.toml", []byte(healthConfig))
+	cfg, err := config.Parse("test.toml", []byte(cptest.Testdata(t, "health.toml")))
 	if err != nil {
 		t.Fatal(err)
 	}

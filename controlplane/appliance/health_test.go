@@ -14,72 +14,15 @@ import (
 	"xlb/config"
 	"xlb/controlplane"
 	"xlb/controlplane/admin"
+	"xlb/controlplane/cptest"
 	"xlb/healthcheck"
 )
-
-// healthConfig: web and dns share 10.0.0.1 and the check "hc"; db probes
-// 10.0.0.1 with its own TCP check.
-const healthConfig = `
-[[health_check]]
-name = "hc"
-type = "HTTP"
-port = 8080
-request_path = "/healthz"
-check_interval_sec = 2
-timeout_sec = 1
-[[health_check]]
-name = "tcp"
-type = "TCP"
-port = 5432
-
-[[backend_service]]
-name = "web"
-locality_lb_policy = "WEIGHTED_MAGLEV"
-health_checks = ["hc"]
-  [[backend_service.backend]]
-  group = "g"
-  endpoints = [ { ip = "10.0.0.1" }, { name = "w2", ip = "10.0.0.2" } ]
-
-[[backend_service]]
-name = "dns"
-protocol = "UDP"
-health_checks = ["hc"]
-  [[backend_service.backend]]
-  group = "g"
-  endpoints = [ { ip = "10.0.0.1" } ]
-
-[[backend_service]]
-name = "db"
-health_checks = ["tcp"]
-  [[backend_service.backend]]
-  group = "g"
-  endpoints = [ { ip = "10.0.0.1" } ]
-
-[[forwarding_rule]]
-name = "web"
-ip_address = "192.0.2.1"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "web"
-[[forwarding_rule]]
-name = "dns"
-ip_address = "192.0.2.1"
-ip_protocol = "UDP"
-ports = ["53"]
-backend_service = "dns"
-[[forwarding_rule]]
-name = "db"
-ip_address = "192.0.2.1"
-ip_protocol = "TCP"
-ports = ["5432"]
-backend_service = "db"
-`
 
 // TestRunHealth_Targets: one probe per check and address, feeding every
 // service that has that backend with that check; its check is the
 // configured one; it is Weighted when one of those services uses weights.
 func TestRunHealth_Targets(t *testing.T) {
-	cfg, err := config.Parse("h.toml", []byte(healthConfig))
+	cfg, err := config.Parse("h.toml", []byte(cptest.Testdata(t, "health.toml")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +63,7 @@ func TestRunHealth_Targets(t *testing.T) {
 // its target feeds, with the weight state converted; a TCP result carries
 // no weight; and the control plane applies them per service.
 func TestRunHealth_Reports(t *testing.T) {
-	cfg, err := config.Parse("h.toml", []byte(healthConfig))
+	cfg, err := config.Parse("h.toml", []byte(cptest.Testdata(t, "health.toml")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +149,7 @@ func probeCounts(t *testing.T, hm *admin.HealthMetrics) map[string]float64 {
 // results are batched, and not before; with no target it is closed from
 // the start. Results for targets it never had (a reload's) change nothing.
 func TestRunHealth_FirstRound(t *testing.T) {
-	cfg, err := config.Parse("h.toml", []byte(healthConfig))
+	cfg, err := config.Parse("h.toml", []byte(cptest.Testdata(t, "health.toml")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,37 +98,6 @@ backend_service = "svc"
 	return b.String()
 }
 
-// webConfig has port- and source-restricted TCP rules (FR3, FR4, FR6).
-const webConfig = `
-[[health_check]]
-name = "hc"
-type = "TCP"
-
-[[backend_service]]
-name = "web"
-protocol = "TCP"
-health_checks = ["hc"]
-
-  [[backend_service.backend]]
-  group = "a"
-  endpoints = [ { name = "w1", ip = "10.1.0.1" }, { name = "w2", ip = "10.1.0.2" } ]
-
-[[forwarding_rule]]
-name = "web"
-ip_address = "203.0.113.10"
-ip_protocol = "TCP"
-ports = ["80", "443"]
-backend_service = "web"
-
-[[forwarding_rule]]
-name = "admin"
-ip_address = "203.0.113.11"
-ip_protocol = "TCP"
-ports = ["22"]
-source_ip_ranges = ["192.0.2.0/24"]
-backend_service = "web"
-`
-
 const (
 	client = "198.51.100.7"
 	vip    = "203.0.113.10"
@@ -468,7 +437,7 @@ func TestX4_ExplainWithoutRule(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rep, res, rig := explainAndSend(t, webConfig, state{}, tc.p)
+			rep, res, rig := explainAndSend(t, cptest.Testdata(t, "web.toml"), state{}, tc.p)
 			requireAgrees(t, rep, res, rig.CP.Snapshot())
 			if rep.Verdict != tc.verdict || rep.Reason != tc.reason || rep.Rule != tc.rule {
 				t.Errorf("verdict %q reason %q rule %q, want %q %q %q", rep.Verdict, rep.Reason, rep.Rule, tc.verdict, tc.reason, tc.rule)
@@ -580,10 +549,11 @@ func textFields(tb testing.TB, text string) map[string]string {
 	return fields
 }
 
-// drainConfig is webConfig's service with connection_draining_timeout_sec
-// drainSec and the named ones of its rules and of a third, "dns" (TCP 53),
-// on the VIP of rule "web".
-func drainConfig(drainSec int, rules ...string) string {
+// drainConfig is testdata/web.toml's service with
+// connection_draining_timeout_sec drainSec and the named ones of its rules
+// and of a third, "dns" (TCP 53), on the VIP of rule "web".
+func drainConfig(tb testing.TB, drainSec int, rules ...string) string {
+	tb.Helper()
 	const dns = `
 [[forwarding_rule]]
 name = "dns"
@@ -592,7 +562,7 @@ ip_protocol = "TCP"
 ports = ["53"]
 backend_service = "web"
 `
-	head, tail, _ := strings.Cut(webConfig+dns, "\n[[forwarding_rule]]")
+	head, tail, _ := strings.Cut(cptest.Testdata(tb, "web.toml")+dns, "\n[[forwarding_rule]]")
 	head = strings.Replace(head, `health_checks = ["hc"]`, fmt.Sprintf("health_checks = [\"hc\"]\nconnection_draining_timeout_sec = %d", drainSec), 1)
 	var b strings.Builder
 	b.WriteString(head)
@@ -626,7 +596,7 @@ func TestX4M5_ExplainDrainingRule(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			all := []string{"web", "admin", "dns"}
 			kept := slices.DeleteFunc(slices.Clone(all), func(r string) bool { return r == tc.removed })
-			before, after := drainConfig(30, all...), drainConfig(30, kept...)
+			before, after := drainConfig(t, 30, all...), drainConfig(t, 30, kept...)
 			rep, err := explain.Explain(cptest.Config(t, after), &explain.Request{Packet: tc.p, Previous: cptest.Config(t, before)})
 			if err != nil {
 				t.Fatal(err)
@@ -685,8 +655,8 @@ func TestX4M5_ExplainDrainingRule(t *testing.T) {
 			}
 
 			// Timeout 0: the rule goes at once, and the report says so.
-			rep0, err := explain.Explain(cptest.Config(t, drainConfig(0, kept...)),
-				&explain.Request{Packet: tc.p, Previous: cptest.Config(t, drainConfig(0, all...))})
+			rep0, err := explain.Explain(cptest.Config(t, drainConfig(t, 0, kept...)),
+				&explain.Request{Packet: tc.p, Previous: cptest.Config(t, drainConfig(t, 0, all...))})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -710,7 +680,7 @@ func TestX4_ExplainSourceDropsNameFR8(t *testing.T) {
 		{"a backend of the service", "10.1.0.1", "source-is-backend"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rep, res, rig := explainAndSend(t, webConfig, state{}, cptest.TCP(tc.src, vip, 40000, 80, "S"))
+			rep, res, rig := explainAndSend(t, cptest.Testdata(t, "web.toml"), state{}, cptest.TCP(tc.src, vip, 40000, 80, "S"))
 			requireAgrees(t, rep, res, rig.CP.Snapshot())
 			if rep.Verdict != "drop" || rep.Reason != tc.reason {
 				t.Fatalf("verdict %q reason %q, want drop %q", rep.Verdict, rep.Reason, tc.reason)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"xlb/controlplane/cptest"
 	"xlb/controlplane/sim"
 )
 
@@ -118,33 +119,6 @@ func runScenario(t *testing.T, cfg, scenario string) ([]map[string]any, string) 
 	return lines, warn.String()
 }
 
-const formatConfig = `
-[[health_check]]
-name = "hc"
-type = "HTTP"
-
-[[backend_service]]
-name = "web"
-protocol = "TCP"
-health_checks = ["hc"]
-  [backend_service.failover_policy]
-  drop_traffic_if_unhealthy = true
-  [[backend_service.backend]]
-  group = "a"
-  endpoints = [ { name = "b1", ip = "10.0.1.1" } ]
-  [[backend_service.backend]]
-  group = "f"
-  failover = true
-  endpoints = [ { ip = "10.0.2.1" } ]
-
-[[forwarding_rule]]
-name = "web"
-ip_address = "203.0.113.10"
-ip_protocol = "TCP"
-ports = ["80"]
-backend_service = "web"
-`
-
 func TestScenarioOutputFields(t *testing.T) {
 	scenario := strings.Join([]string{
 		`{"t": 0, "packet": {"id": "fwd", "src": "198.51.100.7", "dst": "203.0.113.10", "proto": "tcp", "sport": 40000, "dport": 80, "flags": "S"}}`,
@@ -158,7 +132,7 @@ func TestScenarioOutputFields(t *testing.T) {
 		`{"t": 3, "packet": {"id": "failover", "src": "198.51.100.8", "dst": "203.0.113.10", "proto": "tcp", "sport": 40000, "dport": 80, "flags": "S"}}`,
 		`{"t": 4, "health": {"backend": "nobody", "healthy": true}}`,
 	}, "\n")
-	lines, warn := runScenario(t, formatConfig, scenario)
+	lines, warn := runScenario(t, cptest.Testdata(t, "format.toml"), scenario)
 	if len(lines) != 6 {
 		t.Fatalf("%d output lines, want one per packet event (6)", len(lines))
 	}
@@ -213,7 +187,7 @@ func TestScenarioIDEchoedInOrder(t *testing.T) {
 		}
 		b.WriteString(`{"t": ` + strconv.Itoa(i) + `, "packet": {` + field + `"src": "198.51.100.7", "dst": "203.0.113.10", "proto": "tcp", "sport": 40000, "dport": 80}}` + "\n")
 	}
-	lines, _ := runScenario(t, formatConfig, b.String())
+	lines, _ := runScenario(t, cptest.Testdata(t, "format.toml"), b.String())
 	var got []string
 	for _, m := range lines {
 		got = append(got, m["id"].(string))

@@ -17,7 +17,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"xlb/config"
 	"xlb/conntrack"
 	"xlb/controlplane"
 	"xlb/dataplane"
@@ -42,10 +41,7 @@ type fileEngine struct {
 
 func newFileEngine(t *testing.T) *fileEngine {
 	t.Helper()
-	cfg, err := config.Parse("test.toml", []byte(testConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testConfig(t)
 	path := filepath.Join(t.TempDir(), "conntrack")
 	ct, _, err := conntrack.Open(path, faultCapacity, NowMs())
 	if err != nil {

@@ -12,44 +12,29 @@ import (
 	"xlb/config"
 	"xlb/conntrack"
 	"xlb/controlplane"
+	"xlb/controlplane/cptest"
 	"xlb/dataplane"
 	"xlb/dataplane/craft"
 	"xlb/dataplane/packet"
 )
 
-// testConfig: a UDP service on one VIP with two backends, L2 DSR.
-const testConfig = `
-[[health_check]]
-name = "hc"
-type = "TCP"
-port = 53
-
-[[backend_service]]
-name = "dns"
-protocol = "UDP"
-session_affinity = "CLIENT_IP"
-health_checks = ["hc"]
-  [[backend_service.backend]]
-  group = "a"
-  endpoints = [ { ip = "10.0.0.1", mac = "02:00:00:00:00:01" }, { ip = "10.0.0.2", mac = "02:00:00:00:00:02" } ]
-
-[[forwarding_rule]]
-name = "dns"
-ip_address = "203.0.113.53"
-ip_protocol = "UDP"
-ports = ["53"]
-backend_service = "dns"
-`
-
 var testVIP = netip.MustParseAddr("203.0.113.53")
+
+// testConfig is testdata/dns.toml: a UDP service on testVIP with two
+// backends, L2 DSR.
+func testConfig(tb testing.TB) *config.Config {
+	tb.Helper()
+	cfg, err := config.Parse("test.toml", []byte(cptest.Testdata(tb, "dns.toml")))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cfg
+}
 
 // testEngine is an engine with testConfig's snapshot published.
 func testEngine(tb testing.TB) *dataplane.Engine {
 	tb.Helper()
-	cfg, err := config.Parse("test.toml", []byte(testConfig))
-	if err != nil {
-		tb.Fatal(err)
-	}
+	cfg := testConfig(tb)
 	ct, err := conntrack.New(conntrack.MinCapacity)
 	if err != nil {
 		tb.Fatal(err)
