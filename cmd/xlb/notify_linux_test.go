@@ -23,7 +23,8 @@ import (
 // attached with its worker running and the first health round done (the
 // one backend's check has a verdict: unhealthy, nothing listens), the
 // watchdog pinged while the worker goes round, RELOADING=1 then READY=1
-// around a SIGHUP, STOPPING=1 on SIGTERM and exit 0.
+// around a SIGHUP and around `xlb reload` (not its dry run), STOPPING=1 on
+// SIGTERM and exit 0.
 func TestRun_NotifiesSystemd(t *testing.T) {
 	nettest.RequireRoot(t)
 	if xlbBin == "" {
@@ -144,6 +145,18 @@ func TestRun_NotifiesSystemd(t *testing.T) {
 	until("RELOADING=1\nMONOTONIC_USEC=")
 	if m := until("READY=1"); !strings.Contains(m, "reloads 1 ok, 0 failed") {
 		t.Errorf("after the reload: %q, want the reload counted in STATUS=", m)
+	}
+	// Through the admin socket: a dry run tells systemd nothing (had it
+	// bracketed, the next READY=1 would count one reload), a reload is
+	// bracketed as SIGHUP's is.
+	for _, args := range [][]string{{"reload", "-c", cfg, "--dry-run"}, {"reload", "-c", cfg}} {
+		if out, err := exec.Command(xlbBin, args...).CombinedOutput(); err != nil {
+			t.Fatalf("xlb %v: %v\n%s", args, err, out)
+		}
+	}
+	until("RELOADING=1\nMONOTONIC_USEC=")
+	if m := until("READY=1"); !strings.Contains(m, "reloads 2 ok, 0 failed") {
+		t.Errorf("after xlb reload: %q, want the second reload counted in STATUS=", m)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

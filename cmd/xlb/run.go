@@ -79,6 +79,9 @@ func cmdRun(args []string, stderr io.Writer) error {
 		log.Warn("not telling systemd", zap.Error(err))
 	}
 	defer stopSvc()
+	// Every reload, SIGHUP's or the admin socket's, is bracketed for
+	// systemd with RELOADING=1 and READY=1 (nothing without it).
+	app.OnReload(svc.reloading, svc.reloaded)
 	if svc != nil {
 		svcCtx, cancel := context.WithCancel(ctx)
 		svcDone := make(chan struct{})
@@ -94,9 +97,7 @@ func cmdRun(args []string, stderr io.Writer) error {
 			ready, hups = nil, hup
 		case <-hups:
 			log.Info("SIGHUP: reloading", zap.String("file", cfg.Path))
-			svc.reloading()
 			_ = app.ReloadFile() // it logs and counts its errors
-			svc.reloaded()
 		case err := <-done:
 			if err != nil {
 				return fmt.Errorf("xlb run: %w", err)

@@ -35,6 +35,8 @@ type Appliance struct {
 	cur     atomic.Pointer[running]
 	// keepPrivileges: Run keeps every capability it was started with.
 	keepPrivileges bool
+	// reloadBegin and reloadEnd bracket every reload applied (OnReload).
+	reloadBegin, reloadEnd func()
 }
 
 var _ admin.Source = (*Appliance)(nil)
@@ -76,6 +78,13 @@ func New(cfg *config.Config, log *zap.Logger) (*Appliance, error) {
 // --keep-privileges`): for a host where they cannot be dropped. Call it
 // before Run.
 func (a *Appliance) KeepPrivileges() { a.keepPrivileges = true }
+
+// OnReload has every reload the appliance is asked to apply, however it
+// came (SIGHUP's ReloadFile, the admin socket's `xlb reload`), call begin
+// before it reads the file and end once it is applied or refused; a dry
+// run calls neither. `xlb run` tells systemd RELOADING=1 and READY=1 with
+// them. Call it before Run.
+func (a *Appliance) OnReload(begin, end func()) { a.reloadBegin, a.reloadEnd = begin, end }
 
 // Ready is closed once the XDP program is attached, every queue's worker
 // runs and the admin listener serves: from then on the appliance forwards

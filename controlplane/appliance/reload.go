@@ -82,6 +82,10 @@ type reloader struct {
 	// the XDP map and a removed backend the resolver. Tests run it
 	// themselves.
 	schedule func(d time.Duration, f func()) (cancel func())
+	// begin and end bracket every reload applied, not dry runs (nil:
+	// nothing to tell): Appliance.OnReload.
+	begin, end func()
+	bracket    sync.Mutex // held from begin to end
 
 	mu  sync.Mutex
 	cur *config.Config
@@ -212,6 +216,16 @@ func (r *reloader) reload(file string, load func() (*config.Config, error)) erro
 
 // reloadChanges is reload, returning what it changed.
 func (r *reloader) reloadChanges(file string, load func() (*config.Config, error)) (config.Changes, error) {
+	// Outside r.mu (end reads the status, which takes it), under a lock
+	// of its own so that two reloads' brackets do not interleave.
+	r.bracket.Lock()
+	defer r.bracket.Unlock()
+	if r.begin != nil {
+		r.begin()
+	}
+	if r.end != nil {
+		defer r.end()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	changes, err := r.apply(load)

@@ -409,7 +409,7 @@ func (s *stack) serveAdmin() error {
 		workers[i] = admin.QueueStats{Queue: q.num, Stats: q.worker.Stats()}
 	}
 	rl := &reloader{vips: s.objs, neigh: resolverWants{s.res}, hc: s.hc, cp: s.cp, feeds: s.feeds, now: worker.NowMs,
-		log: s.log.Named("reload"), cur: s.cfg}
+		log: s.log.Named("reload"), cur: s.cfg, begin: s.a.reloadBegin, end: s.a.reloadEnd}
 	if s.ann != nil {
 		rl.fleet = s.ann
 	}
