@@ -15,7 +15,9 @@ import (
 
 // fillFlows puts n flows in tb: established own ones, a tenth from
 // peers, and half-open ones besides (never pulled); it returns how many
-// a pull should carry.
+// a pull should carry: n, less any established entry a later put
+// displaced (both its buckets full: rare at half load, but the hash seed
+// is random).
 func fillFlows(t testing.TB, tb testTable, snap *dataplane.Snapshot, now int64, n int) int {
 	web := backendOf(t, snap, svcWeb, webIPs[0])
 	dns := backendOf(t, snap, svcDNS, dnsIPs[0])
@@ -33,7 +35,8 @@ func fillFlows(t testing.TB, tb testTable, snap *dataplane.Snapshot, now int64, 
 		k := key5("198.51.100.1", "203.0.113.10", uint16(i), 80, 1)
 		tb.put(k, conntrack.Value{Backend: uint32(web.Ref), IdleSec: 300, HalfOpen: true}, now)
 	}
-	return n
+	st := tb.Stats()
+	return n - int(st.Evictions-st.EvictionsHalfOpen)
 }
 
 func TestPull_Table(t *testing.T) {
@@ -50,8 +53,10 @@ func TestPull_Table(t *testing.T) {
 	if res.Err != nil || res.Peer != a.s.addr().String() || res.Records != want || res.Stored != want {
 		t.Fatalf("pull: %+v, want %d records", res, want)
 	}
-	if b.eng.tbl.len() != want {
-		t.Errorf("%d entries after the pull, want %d", b.eng.tbl.len(), want)
+	// A stored record may displace an older peer entry where both its
+	// buckets are full: each such eviction is one entry fewer.
+	if got, ev := b.eng.tbl.len(), b.eng.tbl.Stats().Evictions; got+int(ev) != want {
+		t.Errorf("%d entries after the pull and %d evicted, want %d in all", got, ev, want)
 	}
 	// Stored under b's own IDs, as peer entries, with their last use.
 	ref := backendOf(t, sb, svcWeb, webIPs[0]).Ref
