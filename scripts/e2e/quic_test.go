@@ -76,28 +76,7 @@ func quicConfig(b *testbed.Bed, drain time.Duration, keyFile string, base bool, 
 		return fmt.Sprintf("\n[[forwarding_rule]]\nname = %q\nip_address = %q\nip_protocol = \"UDP\"\nports = [\"%d\"]\nbackend_service = %q\n",
 			name, testbed.VIP4, port, svc)
 	}
-	text := fmt.Sprintf(`
-[dataplane]
-interface = %q
-queues = "all"
-xdp_mode = "native"
-ring_size = 512
-conntrack_capacity = 65536
-state_dir = ""
-
-[admin]
-listen = "127.0.0.1:9110"
-socket = %q
-
-[[health_check]]
-name = "hc"
-type = "TCP"
-port = 80
-check_interval_sec = 1
-timeout_sec = 1
-healthy_threshold = 1
-
-[[backend_service]]
+	text := tcpCheckedHead(b) + fmt.Sprintf(`[[backend_service]]
 name = "quic"
 protocol = "UDP"
 health_checks = ["hc"]
@@ -107,7 +86,7 @@ connection_draining_timeout_sec = %d
   config_rotation = 0
   server_id_length = 2
   nonce_length = 6
-`, b.LB.Iface, adminSocket(b.LB.NS), int(drain/time.Second))
+`, int(drain/time.Second))
 	if keyFile != "" {
 		text += fmt.Sprintf("  [[backend_service.quic_lb]]\n  config_rotation = 1\n  server_id_length = 2\n  nonce_length = 6\n  key_file = %q\n", keyFile)
 	}

@@ -27,28 +27,7 @@ func reloadConfig(b *testbed.Bed, backends ...string) string {
 	for _, n := range backends {
 		eps = append(eps, fmt.Sprintf("{ name = %q, ip = %q }", n, b.Backend(n).Addr4))
 	}
-	return fmt.Sprintf(`
-[dataplane]
-interface = %q
-queues = "all"
-xdp_mode = "native"
-ring_size = 512
-conntrack_capacity = 65536
-state_dir = ""
-
-[admin]
-listen = "127.0.0.1:9110"
-socket = %q
-
-[[health_check]]
-name = "hc"
-type = "TCP"
-port = 80
-check_interval_sec = 1
-timeout_sec = 1
-healthy_threshold = 1
-
-[[backend_service]]
+	return tcpCheckedHead(b) + fmt.Sprintf(`[[backend_service]]
 name = "web"
 protocol = "TCP"
 health_checks = ["hc"]
@@ -63,7 +42,7 @@ ip_address = %q
 ip_protocol = "TCP"
 ports = ["%d"]
 backend_service = "web"
-`, b.LB.Iface, adminSocket(b.LB.NS), int(reloadDrain/time.Second), strings.Join(eps, ", "), testbed.VIP4, testbed.HTTPPort)
+`, int(reloadDrain/time.Second), strings.Join(eps, ", "), testbed.VIP4, testbed.HTTPPort)
 }
 
 // keptConn is a kept-alive connection asking every 100 ms until stopped
