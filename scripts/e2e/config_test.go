@@ -107,30 +107,7 @@ backend_service = %q
 `, name, vip, proto, port, service)
 	}
 	vip4, vip6 := testbed.VIP4.String(), testbed.VIP6.String()
-	return fmt.Sprintf(`
-[dataplane]
-interface = %q
-queues = "all"
-xdp_mode = "native"
-zero_copy = "auto"
-frame_size = 2048
-ring_size = 512
-conntrack_capacity = 65536
-state_dir = ""
-
-[admin]
-listen = "127.0.0.1:9110"
-socket = %q
-
-# Every backend serves TCP 80: all pass within a second or so of the start.
-[[health_check]]
-name = "hc"
-type = "TCP"
-port = 80
-check_interval_sec = 1
-timeout_sec = 1
-healthy_threshold = 1
-`, iface, sock) +
+	return bedHead(iface, sock, `zero_copy = "auto"`, "frame_size = 2048") + tcpCheck +
 		svc("web", "TCP", "L2_DSR", v4) + svc("web6", "TCP", "L2_DSR", v6) +
 		svc("echo", "UDP", "L2_DSR", v4) + svc("echo6", "UDP", "L2_DSR", v6) +
 		svc("ipip", "UDP", "IPIP", one("10.97.0.11")) + svc("gue", "UDP", "GUE", one("10.97.0.12")) +

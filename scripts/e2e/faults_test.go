@@ -40,19 +40,8 @@ type faultSvc struct {
 func faultConfig(t *testing.T, b *testbed.Bed, healthy, unhealthy int, svcs ...faultSvc) string {
 	t.Helper()
 	var text strings.Builder
+	text.WriteString(bedHead(b.LB.Iface, adminSocket(b.LB.NS)))
 	fmt.Fprintf(&text, `
-[dataplane]
-interface = %q
-queues = "all"
-xdp_mode = "native"
-ring_size = 512
-conntrack_capacity = 65536
-state_dir = ""
-
-[admin]
-listen = %q
-socket = %q
-
 [[health_check]]
 name = "hc"
 type = "HTTP"
@@ -62,7 +51,7 @@ check_interval_sec = %d
 timeout_sec = 1
 healthy_threshold = %d
 unhealthy_threshold = %d
-`, b.LB.Iface, adminAddr, adminSocket(b.LB.NS), testbed.HTTPPort, int(checkInterval/time.Second), healthy, unhealthy)
+`, testbed.HTTPPort, int(checkInterval/time.Second), healthy, unhealthy)
 	group := func(svc, name string, failover bool, members []string) {
 		var eps []string
 		for _, n := range members {

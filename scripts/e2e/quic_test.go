@@ -76,7 +76,8 @@ func quicConfig(b *testbed.Bed, drain time.Duration, keyFile string, base bool, 
 		return fmt.Sprintf("\n[[forwarding_rule]]\nname = %q\nip_address = %q\nip_protocol = \"UDP\"\nports = [\"%d\"]\nbackend_service = %q\n",
 			name, testbed.VIP4, port, svc)
 	}
-	text := tcpCheckedHead(b) + fmt.Sprintf(`[[backend_service]]
+	text := bedHead(b.LB.Iface, adminSocket(b.LB.NS)) + tcpCheck + fmt.Sprintf(`
+[[backend_service]]
 name = "quic"
 protocol = "UDP"
 health_checks = ["hc"]

@@ -27,7 +27,8 @@ func reloadConfig(b *testbed.Bed, backends ...string) string {
 	for _, n := range backends {
 		eps = append(eps, fmt.Sprintf("{ name = %q, ip = %q }", n, b.Backend(n).Addr4))
 	}
-	return tcpCheckedHead(b) + fmt.Sprintf(`[[backend_service]]
+	return bedHead(b.LB.Iface, adminSocket(b.LB.NS)) + tcpCheck + fmt.Sprintf(`
+[[backend_service]]
 name = "web"
 protocol = "TCP"
 health_checks = ["hc"]

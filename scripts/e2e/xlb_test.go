@@ -32,25 +32,34 @@ func adminSocket(ns string) string {
 	return filepath.Join(binDir, ns+".sock")
 }
 
-// tcpCheckedHead is how a test's configuration for bed b begins: xlb on
-// the balancer's interface (native XDP, every queue, a 64 K table, no
-// state directory), the bed's admin socket, and the health check "hc"
-// (TCP 80, every second, healthy after one pass), which every backend of
-// the bed passes. The test's services and rules follow.
-func tcpCheckedHead(b *testbed.Bed) string {
+// bedHead is how a test's configuration of the xlb on iface begins: its
+// [dataplane] section (native XDP, every queue, a 64 K table, no state
+// directory) with the caller's further keys, and [admin] on adminAddr
+// and sock. Health checks, services and rules follow.
+func bedHead(iface, sock string, dataplane ...string) string {
+	var extra strings.Builder
+	for _, kv := range dataplane {
+		extra.WriteString(kv + "\n")
+	}
 	return fmt.Sprintf(`
 [dataplane]
 interface = %q
 queues = "all"
 xdp_mode = "native"
-ring_size = 512
+%sring_size = 512
 conntrack_capacity = 65536
 state_dir = ""
 
 [admin]
-listen = "127.0.0.1:9110"
+listen = %q
 socket = %q
+`, iface, extra.String(), adminAddr, sock)
+}
 
+// tcpCheck is the health check "hc": TCP 80 every second, healthy after
+// one pass, which every backend of the bed passes within a second or so
+// of the start.
+const tcpCheck = `
 [[health_check]]
 name = "hc"
 type = "TCP"
@@ -58,9 +67,7 @@ port = 80
 check_interval_sec = 1
 timeout_sec = 1
 healthy_threshold = 1
-
-`, b.LB.Iface, adminSocket(b.LB.NS))
-}
+`
 
 // xlbProc is `xlb run` in a bed's balancer namespace.
 type xlbProc struct {
