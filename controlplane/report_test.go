@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"testing"
 
-	"xlb/config"
 	"xlb/controlplane"
 	"xlb/controlplane/cptest"
 	"xlb/dataplane"
@@ -34,10 +33,7 @@ func backendIn(t *testing.T, cp *controlplane.ControlPlane, service, ip string) 
 // and none when it changes nothing; a report naming nothing is an
 // ErrUnknownBackend and the rest still apply; weight reports follow W1a.
 func TestApplyReports_ScopedToTheService(t *testing.T) {
-	cfg, err := config.Parse("report.toml", []byte(cptest.Testdata(t, "report.toml")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := cptest.Config(t, cptest.Testdata(t, "report.toml"))
 	cp, err := controlplane.New(cfg, dataplane.NewEngine(nil), controlplane.Options{InitialWeight: 0}, 0)
 	if err != nil {
 		t.Fatal(err)

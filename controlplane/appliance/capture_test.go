@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/gopacket/pcapgo"
 
-	"xlb/config"
 	"xlb/conntrack"
 	"xlb/controlplane"
 	"xlb/controlplane/admin"
@@ -37,10 +36,7 @@ func (idlePoller) Poll(d time.Duration) (bool, error) {
 // their backends named, a second capture meanwhile is refused, and a
 // later one starts.
 func TestCapture_FromRunningWorkers(t *testing.T) {
-	cfg, err := config.Parse("test.toml", []byte(cptest.Testdata(t, "health.toml")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := cptest.Config(t, cptest.Testdata(t, "health.toml"))
 	ct, err := conntrack.New(conntrack.MinCapacity)
 	if err != nil {
 		t.Fatal(err)

@@ -22,10 +22,7 @@ import (
 // service that has that backend with that check; its check is the
 // configured one; it is Weighted when one of those services uses weights.
 func TestRunHealth_Targets(t *testing.T) {
-	cfg, err := config.Parse("h.toml", []byte(cptest.Testdata(t, "health.toml")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := cptest.Config(t, cptest.Testdata(t, "health.toml"))
 	targets, feeds := healthTargets(cfg)
 	var keys []string
 	for _, tg := range targets {
@@ -63,10 +60,7 @@ func TestRunHealth_Targets(t *testing.T) {
 // its target feeds, with the weight state converted; a TCP result carries
 // no weight; and the control plane applies them per service.
 func TestRunHealth_Reports(t *testing.T) {
-	cfg, err := config.Parse("h.toml", []byte(cptest.Testdata(t, "health.toml")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := cptest.Config(t, cptest.Testdata(t, "health.toml"))
 	_, feeds := healthTargets(cfg)
 	for _, tc := range []struct {
 		in   healthcheck.WeightState
@@ -149,10 +143,7 @@ func probeCounts(t *testing.T, hm *admin.HealthMetrics) map[string]float64 {
 // results are batched, and not before; with no target it is closed from
 // the start. Results for targets it never had (a reload's) change nothing.
 func TestRunHealth_FirstRound(t *testing.T) {
-	cfg, err := config.Parse("h.toml", []byte(cptest.Testdata(t, "health.toml")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := cptest.Config(t, cptest.Testdata(t, "health.toml"))
 	targets, feeds := healthTargets(cfg)
 	cp, err := controlplane.New(cfg, nil, controlplane.Options{InitialWeight: initialWeight}, 0)
 	if err != nil {

@@ -24,11 +24,7 @@ var testVIP = netip.MustParseAddr("203.0.113.53")
 // backends, L2 DSR.
 func testConfig(tb testing.TB) *config.Config {
 	tb.Helper()
-	cfg, err := config.Parse("test.toml", []byte(cptest.Testdata(tb, "dns.toml")))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return cfg
+	return cptest.Config(tb, cptest.Testdata(tb, "dns.toml"))
 }
 
 // testEngine is an engine with testConfig's snapshot published.
