@@ -344,7 +344,32 @@ func TestConnectionLimit(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	get(t, "http://"+addr+"/healthz", 200)
+	// net/http marks a connection idle only after writing its response,
+	// so the client may read it first: a connection made at once can
+	// still find every slot serving, and is closed unanswered. What must
+	// hold is that one is served once the server has seen the requests
+	// end, with nothing but that refusal before.
+	for attempt := 1; ; attempt++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(time.Minute))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		c.Close()
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("after the held requests ended: %d, want 200", resp.StatusCode)
+			}
+			break
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) || attempt == 10000 {
+			t.Fatalf("after the held requests ended, attempt %d: %v", attempt, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // TestConnLimits: the default limits when descriptors are plenty; with
