@@ -91,6 +91,11 @@ func cmdHold(args []string, stdout io.Writer) error {
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
+	// Each connection asks from its first answer on: one left idle until
+	// all were open would meet its server's idle timeout where opening
+	// takes long (a loaded machine), and break before anything happened.
+	stop := make(chan struct{})
+	var all sync.WaitGroup
 	conns := make([]*holdConn, cfg.n)
 	clients := make([]*keptClient, cfg.n)
 	errs := make([]error, cfg.n)
@@ -104,7 +109,9 @@ func cmdHold(args []string, stdout io.Writer) error {
 			if err == nil {
 				var name string
 				if name, err = c.get(holdNewTimeout); err == nil {
-					conns[i], clients[i] = &holdConn{backend: name}, c
+					hc := &holdConn{backend: name}
+					conns[i], clients[i] = hc, c
+					all.Go(func() { hc.run(c, cfg.interval, stop) })
 					return
 				}
 				c.conn.Close()
@@ -116,6 +123,9 @@ func cmdHold(args []string, stdout io.Writer) error {
 	per := map[string]int{}
 	for i, err := range errs {
 		if err != nil {
+			close(stop)
+			closeClients(clients)
+			all.Wait()
 			return fmt.Errorf("hold: long-lived connection %d: %w", i, err)
 		}
 		per[conns[i].backend]++
@@ -123,11 +133,6 @@ func cmdHold(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "%d long-lived connections open (to %s), each asking every %v; per backend: %s\n",
 		cfg.n, joinAddrs(cfg.tcp), cfg.interval, countsText(per))
 
-	stop := make(chan struct{})
-	var all sync.WaitGroup
-	for i, hc := range conns {
-		all.Go(func() { hc.run(clients[i], cfg.interval, stop) })
-	}
 	var (
 		nmu   sync.Mutex
 		fresh []holdNew
@@ -167,11 +172,18 @@ func cmdHold(args []string, stdout io.Writer) error {
 		phase, since = phase+1, now
 	}
 	close(stop)
-	for _, c := range clients {
-		c.conn.Close()
-	}
+	closeClients(clients)
 	all.Wait()
 	return nil
+}
+
+// closeClients closes the connections opened (nil: none opened there).
+func closeClients(clients []*keptClient) {
+	for _, c := range clients {
+		if c != nil {
+			c.conn.Close()
+		}
+	}
 }
 
 // reportHold prints phase's lines: what happened in [since, now).

@@ -16,8 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"xlb/config"
-	"xlb/controlplane/explain"
+	"xlb/controlplane/cptest"
 	"xlb/dataplane/craft"
 	"xlb/dataplane/packet"
 	"xlb/internal/syncbuf"
@@ -55,7 +54,10 @@ type fleet struct {
 	procs []*xlbProc // per instance, nil when not started
 	// started is every xlb ever started, stopped by upFleet's cleanup.
 	started []*xlbProc
-	exp     *config.Config // what xlb explain reads
+	// rig decides new connections as l1's configuration does: the
+	// predictions. xlb explain builds a control plane per call (120 ms
+	// under -race, more on a loaded machine); 1,050 calls took minutes.
+	rig *cptest.Rig
 }
 
 // fleetConfig is instance in's configuration: web (TCP 80 on VIP4) and
@@ -218,14 +220,15 @@ func (f *fleet) write(t *testing.T, j int, text string) {
 	}
 }
 
-// loadExp reads l1's configuration for the predictions (xlb explain):
-// again after a change every instance is given.
+// loadExp reads l1's configuration for the predictions: again after a
+// change every instance is given.
 func (f *fleet) loadExp(t *testing.T) {
 	t.Helper()
-	var err error
-	if f.exp, err = config.Load(f.cfgs[0]); err != nil {
+	text, err := os.ReadFile(f.cfgs[0])
+	if err != nil {
 		t.Fatal(err)
 	}
+	f.rig = cptest.New(t, string(text))
 }
 
 // start runs `xlb run` in instance j's namespace and waits for its admin
@@ -445,19 +448,17 @@ func (f *fleet) names(js ...int) string {
 
 // --- predictions -------------------------------------------------------------
 
-// predict is the backend `xlb explain` names for a new TCP connection from
-// src to dst (SYN), on the fleet's configuration with every backend
-// healthy: the engine every instance runs, on the tables every instance
-// builds (S5).
+// predict is the backend for a new TCP connection from src to dst (SYN)
+// on the fleet's configuration with every backend healthy: the engine
+// every instance runs, on the tables every instance builds (S5), as `xlb
+// explain` decides it (it runs that engine; ECMPSpread asks the command
+// itself for a few).
 func (f *fleet) predict(t *testing.T, src, dst netip.AddrPort) string {
 	t.Helper()
-	rep, err := explain.Explain(f.exp, &explain.Request{Packet: craft.Packet{
-		Src: src.Addr().Unmap(), Dst: dst.Addr().Unmap(), Proto: packet.ProtoTCP,
-		SrcPort: src.Port(), DstPort: dst.Port(), Flags: "S"}})
-	if err != nil {
-		t.Fatalf("explain %s -> %s: %v", src, dst, err)
-	}
-	return strings.TrimSuffix(rep.Backend, "-v6") // the server's name
+	f.rig.TB = t
+	r := f.rig.Send(craft.Packet{Src: src.Addr().Unmap(), Dst: dst.Addr().Unmap(), Proto: packet.ProtoTCP,
+		SrcPort: src.Port(), DstPort: dst.Port(), Flags: "S"})
+	return strings.TrimSuffix(r.BackendName(), "-v6") // the server's name
 }
 
 // --- diagnostics ---------------------------------------------------------------
@@ -530,7 +531,7 @@ func (f *fleet) diagnostics() string {
 // VIP (a keptConn whose answers may take 10 s, so that it waits out TCP's
 // retransmissions while its route changes), asking every 100 ms until
 // stopped or its first failure; its backend is the one of its first
-// answer, which xlb explain predicts.
+// answer, which predict foresees.
 type longConn struct {
 	keptConn
 	local, remote netip.AddrPort
@@ -578,13 +579,16 @@ func (tr *traffic) close() {
 }
 
 // open opens n long-lived connections from the first client (every fourth
-// to VIP6), 16 at a time, and starts them. Each one's first answer must
-// come from the backend xlb explain predicts.
+// to VIP6), 16 at a time, each asking from its first answer on. Each
+// one's first answer must come from the predicted backend (predict).
+// A connection left idle until all were open would be closed by its
+// server's idle timeout (a minute) where opening takes that long: a
+// loaded machine under -race took 70 s, and the first ones opened failed
+// with EOF before any event of the test.
 func (tr *traffic) open(t *testing.T, n int) []*longConn {
 	t.Helper()
 	c := tr.f.bed.Clients[0]
 	conns := make([]*longConn, n)
-	hcs := make([]*testbed.HTTPConn, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
@@ -612,28 +616,22 @@ func (tr *traffic) open(t *testing.T, n int) []*longConn {
 			if timeout == 0 {
 				timeout = 10 * time.Second
 			}
-			conns[i] = &longConn{keptConn: keptConn{backend: r.Backend, timeout: timeout},
+			lc := &longConn{keptConn: keptConn{backend: r.Backend, timeout: timeout},
 				local: netip.MustParseAddrPort(hc.LocalAddr().String()), remote: dst}
-			hcs[i] = hc
+			conns[i] = lc
+			tr.wg.Go(func() { lc.run(hc, tr.stop) }) // tr.close ends it
 		})
 	}
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			for _, hc := range hcs {
-				if hc != nil {
-					hc.Close()
-				}
-			}
 			t.Fatalf("long-lived connection %d of %d: %v", i, n, err)
 		}
 	}
-	for i, lc := range conns {
+	for _, lc := range conns {
 		if want := tr.f.predict(t, lc.local, lc.remote); lc.backend != want {
-			t.Errorf("long-lived connection %s -> %s answered by %s, xlb explain predicts %s", lc.local, lc.remote, lc.backend, want)
+			t.Errorf("long-lived connection %s -> %s answered by %s, predicted %s", lc.local, lc.remote, lc.backend, want)
 		}
-		hc := hcs[i]
-		tr.wg.Go(func() { lc.run(hc, tr.stop) })
 	}
 	tr.conns = append(tr.conns, conns...)
 	return conns

@@ -168,14 +168,14 @@ func fleetSpread(t *testing.T, f *fleet) {
 		if want := f.predict(t, r.local, r.remote); r.backend != want {
 			mismatch++
 			if mismatch <= 10 {
-				t.Errorf("connection %s -> %s answered by %s; xlb explain predicts %s", r.local, r.remote, r.backend, want)
+				t.Errorf("connection %s -> %s answered by %s; predicted %s", r.local, r.remote, r.backend, want)
 			}
 		}
 	}
 	if mismatch > 0 {
-		t.Errorf("%d of %d connections answered by another backend than xlb explain predicts", mismatch, len(res))
+		t.Errorf("%d of %d connections answered by another backend than predicted", mismatch, len(res))
 	}
-	// The predictions above call the package xlb explain runs; the command
+	// The predictions above run the engine xlb explain runs; the command
 	// itself says the same, for a few of them.
 	for _, r := range res[:3] {
 		if r.err != nil {
@@ -206,7 +206,7 @@ func fleetSpread(t *testing.T, f *fleet) {
 	if int(total) < len(res) {
 		t.Errorf("the instances recorded %.0f new connections, the client opened %d", total, len(res))
 	}
-	t.Logf("%d new connections (%d IPv4, %d IPv6) over the instances: %s; over the backends: %v; all as xlb explain predicts: %v",
+	t.Logf("%d new connections (%d IPv4, %d IPv6) over the instances: %s; over the backends: %v; all as predicted: %v",
 		len(res), n4, n6, strings.Join(report, ", "), perBackend, mismatch == 0)
 
 	// The same tables on every instance: their fingerprints agree.
