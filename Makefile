@@ -55,7 +55,7 @@ install-check:
 # data plane also in the test-only conntrack layout, xlb_ct_layout_alt),
 # every benchmark once (so none rots), the golden sim scenarios, and short
 # fuzz runs. The end-to-end package is named first so that it is built and
-# started first: it is the longest (7-10 minutes under -race); started
+# started first: it is the longest (6-9 minutes under -race); started
 # last, as the package order had it, one core idled behind it.
 test: build
 	$(GO) vet $(PKGS)

@@ -22,7 +22,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"xlb/controlplane/cptest"
 	"xlb/dataplane"
 	"xlb/internal/nsx"
 	"xlb/scripts/testbed"
@@ -532,16 +531,13 @@ func (s *fleetSync) checkConns(t *testing.T, tr *traffic, what string, alive []*
 }
 
 // offMaglev says, per connection of conns, whether its backend is not the
-// one Maglev now chooses for a new connection of its 5-tuple: decided by
-// one engine built once from l1's configuration (xlb explain's
-// f.predict builds one per call, too slow for 300 connections).
+// one Maglev now chooses for a new connection of its 5-tuple: predict's,
+// on the configuration the last reload gave l1.
 func (s *fleetSync) offMaglev(t *testing.T, conns []*longConn) []bool {
 	t.Helper()
-	rig := cptest.New(t, s.config(s.f.bed, 0))
 	out := make([]bool, len(conns))
 	for i, c := range conns {
-		r := rig.Send(cptest.TCP(c.local.Addr().Unmap().String(), c.remote.Addr().Unmap().String(), c.local.Port(), c.remote.Port(), "S"))
-		out[i] = strings.TrimSuffix(r.BackendName(), "-v6") != c.backend
+		out[i] = s.f.predict(t, c.local, c.remote) != c.backend
 	}
 	return out
 }
