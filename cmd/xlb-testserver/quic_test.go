@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"encoding/hex"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/quicvarint"
 
 	"xlb/quiclb"
 )
@@ -111,11 +113,51 @@ func newRecordingConn(t *testing.T, cidLen int) *recordingConn {
 func (c *recordingConn) WriteTo(p []byte, addr net.Addr) (int, error) {
 	c.mu.Lock()
 	c.sent++
-	if len(p) > c.cidLen && p[0]&0xc0 == 0x40 {
-		c.dcids[string(p[1:1+c.cidLen])] = true
+	if dcid, ok := shortHeaderDCID(p, c.cidLen); ok {
+		c.dcids[string(dcid)] = true
 	}
 	c.mu.Unlock()
 	return c.PacketConn.WriteTo(p, addr)
+}
+
+// shortHeaderDCID finds the short-header packet of a datagram and returns
+// its destination connection ID. The client's first 1-RTT packet is
+// coalesced behind its Handshake packet (RFC 9000, section 12.2), so the
+// long-header packets before it are stepped over by their Length field.
+// Only QUIC version 1's long-header types are known.
+func shortHeaderDCID(p []byte, cidLen int) ([]byte, bool) {
+	for len(p) > 0 {
+		if p[0]&0x80 == 0 {
+			if p[0]&0x40 == 0 || len(p) <= cidLen {
+				return nil, false
+			}
+			return p[1 : 1+cidLen], true
+		}
+		if len(p) < 7 || binary.BigEndian.Uint32(p[1:5]) != 1 {
+			return nil, false
+		}
+		i := 6 + int(p[5]) // version, DCID length, DCID
+		if i >= len(p) {
+			return nil, false
+		}
+		i += 1 + int(p[i]) // SCID length, SCID
+		switch p[0] >> 4 & 3 {
+		case 0: // Initial: a token before the Length
+			tl, n, err := quicvarint.Parse(p[min(i, len(p)):])
+			if err != nil {
+				return nil, false
+			}
+			i += n + int(tl)
+		case 3: // Retry: no Length, and a client never sends one
+			return nil, false
+		}
+		length, n, err := quicvarint.Parse(p[min(i, len(p)):])
+		if err != nil || uint64(len(p)-i-n) < length {
+			return nil, false
+		}
+		p = p[i+n+int(length):]
+	}
+	return nil, false
 }
 
 func (c *recordingConn) ReadFrom(p []byte) (int, net.Addr, error) {
