@@ -473,10 +473,20 @@ func TestPinnedThread(t *testing.T) {
 		t.Skip("one CPU: every thread is allowed on CPU 0 alone, there is no pinned thread to tell apart")
 	}
 	got := make(chan [2]int)
-	done := make(chan struct{})
+	done, unpinned := make(chan struct{}), make(chan struct{})
 	go func() {
-		runtime.LockOSThread() // never unlocked: the pinned thread ends with the goroutine
+		defer close(unpinned)
+		runtime.LockOSThread() // never unlocked: the thread is not put back to other goroutines pinned
 		tid := unix.Gettid()
+		var all unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &all); err != nil {
+			got <- [2]int{tid, -1}
+			return
+		}
+		// Unpinned before the goroutine ends: its thread may be the main
+		// thread, which outlives it, or exit only later, and the next
+		// run (-count) must not find it.
+		defer func() { _ = unix.SchedSetaffinity(0, &all) }()
 		if err := setAffinity(tid, 1); err != nil {
 			got <- [2]int{tid, -1}
 			return
@@ -486,6 +496,7 @@ func TestPinnedThread(t *testing.T) {
 	}()
 	r := <-got
 	close(done)
+	<-unpinned
 	if r[1] != r[0] {
 		t.Errorf("pinnedThread = %d, want the pinned thread %d", r[1], r[0])
 	}
