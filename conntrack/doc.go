@@ -6,8 +6,9 @@
 //
 // The table is one fixed array of buckets (a power of two of them). A key
 // has two, from disjoint bits of a seeded 64-bit hash of the 40-byte Key:
-// the low bits pick its first bucket, bits 29 and up its second; bits
-// 61..63 pick its home slot in the first, bits 54..56 in the second. A
+// the low bits pick its first bucket, bits 29 and up its second (the
+// first's neighbour where both pick the same); bits 61..63 pick its home
+// slot in the first, bits 54..56 in the second. A
 // bucket is 512 bytes and holds eight entries, each one cache line:
 //
 //	+-------------------------------------------------------------+

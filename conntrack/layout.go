@@ -7,7 +7,12 @@ package conntrack
 const (
 	// layout2: two buckets per key (alt and spill bits in the slot
 	// header), half-open entries (value bit 63), 64-byte slots, eight per
-	// bucket. What ships.
+	// bucket. What ships. A key whose hash fields pick one bucket twice
+	// once had that bucket alone; it now has the neighbour as its second
+	// (Table.hint). Every placement of the older binaries is still valid,
+	// so their files are kept as they are; an older binary reading a
+	// newer file clears as misplaced only such keys stored in the
+	// neighbour, a few in a table.
 	layout2 = 2
 	// layoutTest4 is a test-only layout that never ships: layout 2's slot
 	// encoding with four slots per bucket, built with the tag

@@ -702,3 +702,47 @@ func TestX3_HalfOpenNeverEvictsEstablished(t *testing.T) {
 		})
 	}
 }
+
+// TestX3_EveryKeyHasTwoBuckets: a key whose two hash fields pick the same
+// bucket still has a second one, so a full first bucket does not make it
+// evict a live entry while the table is nearly empty.
+func TestX3_EveryKeyHasTwoBuckets(t *testing.T) {
+	tab := newTable(128) // zero seed: the same keys every run
+	same := -1
+	for i := 0; i < 1<<20 && same < 0; i++ {
+		k := key5(i)
+		var w keyWords
+		w.from(&k)
+		if h := hash(&w, &tab.seed); h&tab.mask == h>>29&tab.mask {
+			same = i
+		}
+	}
+	if same < 0 {
+		t.Fatal("no key with both hash fields on one bucket among 2^20")
+	}
+	k := key5(same)
+	h := tab.Hint(&k)
+	if h.bi2 == h.bi {
+		t.Fatalf("key %d: second bucket %d is its first", same, h.bi2)
+	}
+	// Fill its first bucket with keys of that first bucket.
+	var fill []int
+	for i := same + 1; len(fill) < slotsPerBucket; i++ {
+		f := key5(i)
+		if tab.Hint(&f).bi == h.bi {
+			if r := tab.Upsert(&f, val(i), 1); r != Inserted {
+				t.Fatalf("filling bucket %d with key %d: %v", h.bi, i, r)
+			}
+			fill = append(fill, i)
+		}
+	}
+	if r := tab.Upsert(&k, val(same), 1); r != Inserted {
+		t.Fatalf("key %d into a full first bucket of an empty table: %v, want Inserted", same, r)
+	}
+	for _, i := range append(fill, same) {
+		f := key5(i)
+		if e, ok := tab.Lookup(&f, 1); !ok || e.Value != val(i) {
+			t.Errorf("key %d: %+v, %v after the insert", i, e, ok)
+		}
+	}
+}
