@@ -255,12 +255,12 @@ func (t *Table) Hint(k *Key) Hint {
 
 // hint splits a key's hash: bits 0.. pick its first bucket, bits 29.. its
 // second (disjoint bits for every table up to MaxCapacity's 2^25 buckets),
-// bits 61..63 and 54..56 its homes in them. Where the two bits pick the same
-// bucket (one key in as many as there are buckets), the second is its
-// neighbour: with one bucket only, such a key had no room but those eight
-// slots, and at half load of a 2^16-entry table one insert in about forty
-// tables evicted a live entry (TestLocality_HalfLoad). Only a table of one
-// bucket, which tests build, leaves a key a single bucket.
+// bits 61..63 and 54..56 its homes in them. Where the two fields pick the
+// same bucket (one key in as many as there are buckets), the second is the
+// first's neighbour: with that bucket alone, such a key had no room but its
+// eight slots, and at half load of a 2^16-entry table about one table in
+// forty evicted a live entry. Only a table of one bucket, which tests
+// build, leaves a key a single bucket.
 func (t *Table) hint(h uint64) Hint {
 	bi, bi2 := h&t.mask, h>>29&t.mask
 	if bi2 == bi {

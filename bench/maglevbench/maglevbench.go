@@ -99,8 +99,9 @@ type BuildResult struct {
 	MinNs    float64 `json:"min_ns,omitempty"`
 	MaxNs    float64 `json:"max_ns,omitempty"`
 	// AllocsPerBuild is the fewest allocations of one build by a Builder
-	// that built before (the control plane's case), FirstAllocs/FirstBytes for a new Builder's first
-	// build (NewBuilder included, the table not).
+	// that built before (the control plane's case); FirstAllocs and
+	// FirstBytes are for a new Builder's first build (NewBuilder
+	// included, the table not).
 	AllocsPerBuild uint64 `json:"allocs_per_build"`
 	FirstAllocs    uint64 `json:"first_build_allocs"`
 	FirstBytes     uint64 `json:"first_build_bytes"`
