@@ -476,7 +476,7 @@ func TestPinnedThread(t *testing.T) {
 	done, unpinned := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(unpinned)
-		runtime.LockOSThread() // never unlocked: the thread is not put back to other goroutines pinned
+		runtime.LockOSThread() // never unlocked: should unpinning fail, the thread ends with the goroutine
 		tid := unix.Gettid()
 		var all unix.CPUSet
 		if err := unix.SchedGetaffinity(0, &all); err != nil {

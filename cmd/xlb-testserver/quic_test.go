@@ -123,20 +123,19 @@ func (c *recordingConn) WriteTo(p []byte, addr net.Addr) (int, error) {
 // shortHeaderDCID finds the short-header packet of a datagram and returns
 // its destination connection ID. The client's first 1-RTT packet is
 // coalesced behind its Handshake packet (RFC 9000, section 12.2), so the
-// long-header packets before it are stepped over by their Length field.
-// Only QUIC version 1's long-header types are known.
+// long-header packets before it, as quiclb.DCID reads them, are stepped
+// over by their Length field. Only QUIC version 1's long-header types are
+// known.
 func shortHeaderDCID(p []byte, cidLen int) ([]byte, bool) {
 	for len(p) > 0 {
-		if p[0]&0x80 == 0 {
-			if p[0]&0x40 == 0 || len(p) <= cidLen {
-				return nil, false
-			}
-			return p[1 : 1+cidLen], true
-		}
-		if len(p) < 7 || binary.BigEndian.Uint32(p[1:5]) != 1 {
+		dcid, kind := quiclb.DCID(p)
+		switch {
+		case kind == quiclb.Short:
+			return dcid[:min(cidLen, len(dcid))], len(dcid) >= cidLen
+		case kind == quiclb.NotQUIC || binary.BigEndian.Uint32(p[1:5]) != 1:
 			return nil, false
 		}
-		i := 6 + int(p[5]) // version, DCID length, DCID
+		i := 6 + len(dcid) // first octet, version, DCID length, DCID
 		if i >= len(p) {
 			return nil, false
 		}
